@@ -1,0 +1,213 @@
+"""The ``pilothouse`` command.  It lives with the agent so it works on GPU nodes without Qt."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+from .client import AgentError, Client, entry_body, entry_points
+from .protocol import DEFAULT_URL, ENV_AGENT, KIND_EVENT, KIND_METRIC, check_url
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except AgentError as exc:
+        print(f"pilothouse: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `pilothouse export RUN | head`
+        sys.stderr.close()
+        return 0
+
+
+def _url(text: str) -> str:
+    try:
+        return check_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pilothouse", description="Watch and steer training runs.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    default_agent = os.environ.get(ENV_AGENT) or DEFAULT_URL
+
+    a = sub.add_parser("agent", help="run the node agent in the foreground")
+    a.add_argument("--bind", type=_url, default=DEFAULT_URL, help=f"address to listen on (default {DEFAULT_URL})")
+    a.add_argument("--data", help="data directory (default: the user data dir, or $PILOTHOUSE_DATA)")
+    a.add_argument("--sample-interval", type=_positive, default=1.0, help="seconds between GPU/host samples")
+    a.add_argument("--stale-after", type=_positive, default=5.0, help="seconds without heartbeat before a run is stale")
+    a.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    a.set_defaults(func=cmd_agent)
+
+    def reader(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        r = sub.add_parser(name, help=help)
+        r.add_argument("--agent", type=_url, default=default_agent, help=f"agent URL (default {default_agent})")
+        r.add_argument("--timeout", type=_positive, default=5.0, help="seconds to wait for the agent")
+        r.set_defaults(func=func)
+        return r
+
+    r = reader("runs", "list runs with status, step and last values", cmd_runs)
+    r.add_argument("--json", action="store_true", help="machine-readable output")
+    r.add_argument("--all", action="store_true", help="include the agent's host/GPU sampling runs")
+
+    t = reader("tail", "print a run's metrics live", cmd_tail)
+    t.add_argument("run", help="run id or unambiguous run name")
+    t.add_argument("--history", action="store_true", help="print every stored point first")
+
+    e = reader("export", "write every point of a run as CSV or JSON lines", cmd_export)
+    e.add_argument("run", help="run id or unambiguous run name")
+    e.add_argument("--format", choices=["csv", "jsonl"], default="csv")
+    e.add_argument("-o", "--output", help="file to write (default: standard output)")
+    return p
+
+
+# --- agent -------------------------------------------------------------------------------
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    import zmq
+
+    from .launcher import default_data_dir
+    from .server import Agent
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        agent = Agent(args.bind, args.data or default_data_dir(), sample_interval=args.sample_interval,
+                      stale_after=args.stale_after)
+    except ValueError as exc:
+        print(f"pilothouse agent: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except zmq.ZMQError as exc:
+        print(f"pilothouse agent: cannot listen on {args.bind}: {exc} (is another agent running?)", file=sys.stderr)
+        return EXIT_ERROR
+    agent.serve_forever()
+    return 0
+
+
+# --- runs --------------------------------------------------------------------------------
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    with Client(args.agent, timeout=args.timeout) as client:
+        runs = client.runs()
+    if not args.all:
+        runs = [r for r in runs if r["kind"] == "train"]
+    if args.json:
+        json.dump(runs, sys.stdout, indent=1, default=str)
+        print()
+        return 0
+    if not runs:
+        print(f"no runs yet on {args.agent}: add `run = agent.init(project=..., name=...)` to a training script")
+        return 0
+    rows = [("ID", "RUN", "STATUS", "STEP", "HOST", "LOST", "LAST VALUES")]
+    for r in runs:
+        lost = max(r["dropped_records"] or 0, r["lost_records"] or 0)
+        values = "  ".join(f"{k}={fmt_value(v)}" for k, v in list(r["summary"].items())[:4])
+        rows.append((r["id"], f"{r['project']}/{r['name']}", r["status"],
+                     "-" if r["last_step"] is None else str(r["last_step"]), r["host"] or "-",
+                     f"{lost} rec" if lost else "0", values))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    return 0
+
+
+def fmt_value(v: float) -> str:
+    return f"{v:.6g}"
+
+
+# --- tail --------------------------------------------------------------------------------
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    with Client(args.agent, timeout=args.timeout) as client:
+        run = client.resolve(args.run)
+        after = 0 if args.history else client.ping()["head"]
+        row = next(r for r in client.runs() if r["id"] == run)
+        print(f"{row['project']}/{row['name']} ({run}) {row['status']} on {row['host']}, "
+              f"step {row['last_step']}", flush=True)
+        if row["summary"] and not args.history:
+            print("  ".join(f"{k}={fmt_value(v)}" for k, v in row["summary"].items()), flush=True)
+        if row["status"] in ("finished", "crashed") and not args.history:
+            return 0
+        for page in client.follow(after=after, run=run, kinds=[KIND_METRIC, KIND_EVENT]):
+            for line, ended in tail_lines(page.entries):
+                print(line, flush=True)
+                if ended:
+                    return 0
+    return 0
+
+
+def tail_lines(entries: list) -> Iterator[tuple[str, bool]]:
+    """One line per step with every metric of that step; events on lines of their own."""
+    steps: dict[int, dict[str, float]] = {}
+    for e in entries:
+        if e.kind == KIND_METRIC:
+            s, v, _ = entry_points(e)
+            for step, value in zip(s.tolist(), v.tolist()):
+                steps.setdefault(step, {})[e.metric] = value
+    for step in sorted(steps):
+        yield f"step {step:>8}  " + "  ".join(f"{k}={fmt_value(v)}" for k, v in steps[step].items()), False
+    for e in entries:
+        if e.kind == KIND_EVENT:
+            body = entry_body(e)
+            detail = " ".join(f"{k}={v}" for k, v in body.items() if k not in ("event", "time"))
+            yield f"-- {body['event']}: {detail}", body.get("status") in ("finished", "crashed")
+
+
+# --- export ------------------------------------------------------------------------------
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with Client(args.agent, timeout=args.timeout) as client:
+        run = client.resolve(args.run)
+        out = open(args.output, "w", newline="") if args.output else sys.stdout
+        try:
+            n = write_points(client.history(run, [KIND_METRIC]), out, args.format)
+        finally:
+            if args.output:
+                out.close()
+    if args.output:
+        print(f"wrote {n} points of run {run} to {args.output}", file=sys.stderr)
+    return 0
+
+
+def write_points(pages: Iterator[Any], out: IO[str], fmt: str) -> int:
+    """Long format metric,step,value,wall_time; floats written so they read back bit-exact."""
+    n = 0
+    writer = csv.writer(out) if fmt == "csv" else None
+    if writer:
+        writer.writerow(["metric", "step", "value", "wall_time"])
+    for page in pages:
+        for e in page.entries:
+            steps, vals, times = entry_points(e)
+            for step, value, wall in zip(steps.tolist(), vals.tolist(), times.tolist()):
+                if writer:
+                    writer.writerow([e.metric, step, repr(value), repr(wall)])
+                else:
+                    out.write(json.dumps({"metric": e.metric, "step": step,
+                                          "value": value if math.isfinite(value) else repr(value),
+                                          "wall_time": wall}) + "\n")
+                n += 1
+    return n

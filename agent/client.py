@@ -1,0 +1,188 @@
+"""The reader's side of the protocol, used by the CLI and the desktop app.
+
+A ``Client`` owns one DEALER socket and must stay on the thread that created it
+(the app runs it on its network thread).  ``follow`` reads the journal by cursor with
+credit-based flow control and survives agent restarts: it re-subscribes from the last
+cursor it processed and drops anything at or below it, so nothing is missed or doubled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import namedtuple
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+import zmq
+
+from .protocol import DEFAULT_URL, ENTRY_FIELDS, KIND_METRIC, ProtocolError, check_url, pack, unpack
+from .store import join_chunks
+
+Entry = namedtuple("Entry", ENTRY_FIELDS)
+
+
+class AgentError(RuntimeError):
+    """The agent answered with an error."""
+
+
+class AgentUnavailable(AgentError):
+    """No answer from the agent within the timeout."""
+
+
+@dataclass
+class Page:
+    entries: list[Entry]
+    cursor: int
+
+
+def entry_points(entry: Entry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, values, wall_times) of a metric chunk."""
+    return join_chunks([(entry.steps, entry.vals, entry.times)])
+
+
+def entry_body(entry: Entry) -> Any:
+    return None if entry.body is None else msgpack.unpackb(entry.body, raw=False)
+
+
+class Client:
+    def __init__(self, url: str | None = None, timeout: float = 5.0, context: zmq.Context | None = None):
+        self.url = check_url(url or DEFAULT_URL)
+        self.timeout = timeout
+        self._ctx = context or zmq.Context.instance()
+        self._ids = itertools.count(1)
+        self._sock: zmq.Socket | None = None
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+            sock.connect(self.url)
+            self._sock = sock
+        return self._sock
+
+    def _reset(self) -> None:
+        """Lazy-Pirate style: after a lost answer, a fresh socket drops whatever was queued."""
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    def close(self) -> None:
+        self._reset()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- request / reply -------------------------------------------------------------------
+
+    def request(self, op: str, **args: Any) -> Any:
+        req_id = next(self._ids)
+        sock = self._socket()
+        deadline = time.monotonic() + self.timeout
+        sent = False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._reset()
+                raise AgentUnavailable(f"no answer from the agent at {self.url} within {self.timeout:g} s "
+                                       f"(start one with `pilothouse agent`)")
+            if not sent:
+                try:
+                    sock.send(pack({"t": "q", "id": req_id, "op": op, "args": args}), zmq.NOBLOCK)
+                    sent = True
+                except zmq.Again:  # not connected yet
+                    time.sleep(min(0.01, left))
+                    continue
+            if not sock.poll(int(min(left, 0.1) * 1000) + 1, zmq.POLLIN):
+                continue
+            msg = _decode(sock.recv())
+            if msg.get("t") == "err" and msg.get("id") in (req_id, None):
+                raise AgentError(str(msg.get("msg")))
+            if msg.get("t") == "r" and msg.get("id") == req_id:
+                return msg.get("data")
+
+    def ping(self) -> dict:
+        return self.request("ping")
+
+    def runs(self) -> list[dict]:
+        return self.request("runs")
+
+    def resolve(self, ref: str) -> str:
+        return self.request("resolve", ref=ref)
+
+    def read(self, after: int = 0, run: str | None = None, kinds: Iterable[str] | None = None,
+             limit_points: int | None = None) -> Page:
+        args: dict[str, Any] = {"after": after, "run": run, "kinds": list(kinds or [])}
+        if limit_points is not None:
+            args["limit_points"] = limit_points
+        data = self.request("read", **args)
+        return Page([Entry(*e) for e in data["entries"]], data["cursor"])
+
+    def history(self, run: str | None = None, kinds: Iterable[str] | None = None,
+                after: int = 0) -> Iterator[Page]:
+        """Every stored entry (of a run, of some kinds), page by page, until the current head."""
+        kinds = list(kinds or [])
+        while True:
+            page = self.read(after, run, kinds)
+            if page.entries:
+                yield page
+            if page.cursor == after or not page.entries:
+                return
+            after = page.cursor
+
+    def series(self, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows = [(e.steps, e.vals, e.times) for page in self.history(run, [KIND_METRIC])
+                for e in page.entries if e.metric == metric]
+        return join_chunks(rows)
+
+    # --- streaming -------------------------------------------------------------------------
+
+    def follow(self, after: int = 0, run: str | None = None, kinds: Iterable[str] | None = None,
+               credit: int = 8, idle: float = 0.5, resubscribe: float = 2.0) -> Iterator[Page]:
+        """History after ``after``, then live entries, forever.  Yields an empty page every
+        ``idle`` seconds without data so the caller can stop or redraw."""
+        sub = {"t": "sub", "after": after, "credit": credit, "run": run, "kinds": list(kinds or [])}
+        cursor = after
+        last_heard = 0.0
+        try:
+            while True:
+                now = time.monotonic()
+                if now - last_heard > resubscribe:  # first time, or the agent went quiet / restarted
+                    sub["after"] = cursor
+                    try:
+                        self._socket().send(pack(sub), zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass
+                    last_heard = now
+                if not self._socket().poll(int(idle * 1000), zmq.POLLIN):
+                    yield Page([], cursor)
+                    continue
+                msg = _decode(self._socket().recv())
+                if msg.get("t") != "data":
+                    continue
+                last_heard = time.monotonic()
+                fresh = [Entry(*e) for e in msg.get("entries", ()) if e[0] > cursor]
+                cursor = max(cursor, int(msg.get("cursor", cursor)))
+                self._socket().send(pack({"t": "credit", "n": 1}), zmq.NOBLOCK)
+                yield Page(fresh, cursor)
+        finally:
+            if self._sock is not None:
+                try:
+                    self._sock.send(pack({"t": "unsub"}), zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+
+
+def _decode(frame: bytes) -> dict:
+    try:
+        msg = unpack(frame)
+    except ProtocolError:
+        return {}
+    return msg if isinstance(msg, dict) else {}

@@ -1,0 +1,240 @@
+"""The trainer's background I/O thread: batches records, ships them, resends until acknowledged.
+
+The training thread only appends to a deque (thread-safe, no lock, no syscall).  This
+thread owns the ZeroMQ socket, numbers records with consecutive seqs, keeps every
+unacknowledged batch in a buffer bounded by bytes, and resends from the first unacked
+seq whenever the agent stays silent or asks for it (go-back-N).  When the bound is hit
+the oldest batches are dropped and counted; the agent learns of the gap from ``floor``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import msgpack
+import zmq
+
+from .protocol import ProtocolError, pack, unpack
+
+log = logging.getLogger("pilothouse.outbox")
+
+MAX_RECORDS_PER_BATCH = 4096
+
+
+@dataclass
+class Batch:
+    seq: int  # first seq
+    count: int
+    points: int
+    body: bytes  # the packed record list
+    sent_at: float | None = None
+
+    @property
+    def last(self) -> int:
+        return self.seq + self.count - 1
+
+
+@dataclass
+class OutboxStats:
+    records: int = 0
+    points: int = 0
+    acked_seq: int = 0
+    dropped_records: int = 0
+    dropped_points: int = 0
+    buffered_records: int = 0
+    buffered_bytes: int = 0
+    errors: int = 0
+    last_error: str = ""
+
+
+class Outbox:
+    def __init__(self, url: str, hello: dict, *, max_buffer_bytes: int = 256 << 20,
+                 flush_interval: float = 0.02, heartbeat_interval: float = 1.0,
+                 resend_after: float = 1.0, context: zmq.Context | None = None):
+        self.url = url
+        self.hello = hello
+        self.run, self.rank = hello["run"], hello["rank"]
+        self.queue: collections.deque = collections.deque()
+        self.stats = OutboxStats()
+        self.max_buffer_bytes = max_buffer_bytes
+        self.flush_interval = flush_interval
+        self.heartbeat_interval = heartbeat_interval
+        self.resend_after = resend_after
+        self.last_step = -1
+        self._ctx = context or zmq.Context.instance()
+        self._batches: collections.deque[Batch] = collections.deque()
+        self._next_seq = 1
+        self._finish_seq: int | None = None
+        self._finish_sent_at = 0.0
+        self._resend_timeout = resend_after
+        self._finished = threading.Event()
+        self._delivered = threading.Event()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="pilothouse-outbox", daemon=True)
+        self._thread.start()
+
+    # --- called from the training thread ---------------------------------------------------
+
+    def close(self, timeout: float) -> bool:
+        """Ship everything, tell the agent the run ended, wait up to ``timeout`` for its ack."""
+        self._finish_seq = -1  # the I/O thread fixes the real last seq once the queue is drained
+        self._wake.set()
+        delivered = self._finished.wait(timeout)
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return delivered
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything logged so far is acknowledged (tests, checkpoints)."""
+        target = self.stats.records + len(self.queue)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.stats.acked_seq >= target:
+                return True
+            self._wake.set()
+            time.sleep(0.005)
+        return False
+
+    # --- the I/O thread -------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IMMEDIATE, 1)  # no silent queueing towards an absent agent
+        sock.setsockopt(zmq.SNDHWM, 64)
+        sock.connect(self.url)
+        self._sock = sock
+        self._send_msg({**self.hello, "t": "hello"})
+        next_hb = 0.0
+        try:
+            while not self._stop.is_set():
+                if sock.poll(int(self.flush_interval * 1000), zmq.POLLIN):
+                    self._read_replies()
+                self._wake.clear()
+                self._drain_queue()
+                now = time.monotonic()
+                self._send_due(now)
+                if now >= next_hb:
+                    self._heartbeat()
+                    next_hb = now + self.heartbeat_interval
+        except Exception:  # never take the training process down with us
+            log.exception("pilothouse I/O thread stopped")
+        finally:
+            sock.close(linger=0)
+
+    def _drain_queue(self) -> None:
+        queue = self.queue
+        while queue:
+            n = min(len(queue), MAX_RECORDS_PER_BATCH)
+            recs = [queue.popleft() for _ in range(n)]
+            points = sum(len(r[3]) for r in recs if r[0] == 0)
+            batch = Batch(self._next_seq, n, points, msgpack.packb(recs, use_bin_type=True))
+            self._next_seq += n
+            self._batches.append(batch)
+            st = self.stats
+            st.records += n
+            st.points += points
+            st.buffered_records += n
+            st.buffered_bytes += len(batch.body)
+        while self.stats.buffered_bytes > self.max_buffer_bytes and self._batches:
+            self._drop(self._batches.popleft())
+        if self._finish_seq == -1 and not self.queue:
+            self._finish_seq = self._next_seq - 1
+
+    def _drop(self, batch: Batch) -> None:
+        st = self.stats
+        st.dropped_records += batch.count
+        st.dropped_points += batch.points
+        st.buffered_records -= batch.count
+        st.buffered_bytes -= len(batch.body)
+
+    def _send_due(self, now: float) -> None:
+        batches = self._batches
+        if batches and batches[0].sent_at is not None and now - batches[0].sent_at > self._resend_timeout:
+            for b in batches:  # the agent went quiet: go back to the first unacked batch
+                b.sent_at = None
+            self._resend_timeout = min(self._resend_timeout * 2, 8.0)  # a busy agent is not a dead one
+            self._send_msg({**self.hello, "t": "hello"})
+        for b in batches:
+            if b.sent_at is None:
+                if not self._send_batch(b):
+                    break
+                b.sent_at = now
+        if (self._finish_seq is not None and self._finish_seq >= 0 and not batches
+                and now - self._finish_sent_at > self.resend_after / 4):
+            self._finish_sent_at = now
+            self._send_msg({"t": "finish", "run": self.run, "rank": self.rank, "seq": self._finish_seq,
+                            "status": "finished"})
+
+    def _send_batch(self, b: Batch) -> bool:
+        floor = self._batches[0].seq
+        head = msgpack.Packer(use_bin_type=True)
+        frame = b"".join((head.pack_map_header(6), head.pack("t"), head.pack("rec"), head.pack("run"),
+                          head.pack(self.run), head.pack("rank"), head.pack(self.rank), head.pack("seq"),
+                          head.pack(b.seq), head.pack("floor"), head.pack(floor), head.pack("recs"), b.body))
+        return self._send_frame(frame)
+
+    def _send_msg(self, msg: dict) -> bool:
+        return self._send_frame(pack(msg))
+
+    def _send_frame(self, frame: bytes) -> bool:
+        try:
+            self._sock.send(frame, zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
+
+    def _heartbeat(self) -> None:
+        st = self.stats
+        self._send_msg({"t": "hb", "run": self.run, "rank": self.rank, "step": self.last_step,
+                        "dropped_records": st.dropped_records, "dropped_points": st.dropped_points})
+
+    def _read_replies(self) -> None:
+        while True:
+            try:
+                frame = self._sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = unpack(frame)
+                self._on_reply(msg if isinstance(msg, dict) else {})
+            except ProtocolError as exc:
+                self._error(str(exc))
+
+    def _on_reply(self, msg: dict) -> None:
+        kind = msg.get("t")
+        if kind == "ack":
+            self._acked(int(msg["seq"]))
+        elif kind == "nack":
+            self._acked(int(msg["expect"]) - 1)
+            if msg.get("reason") == "hello":
+                self._send_msg({**self.hello, "t": "hello"})
+            for b in self._batches:
+                b.sent_at = None
+        elif kind == "welcome":
+            self._acked(int(msg.get("seq", 0)))
+        elif kind == "finished":
+            self._finished.set()
+        elif kind == "err":
+            self._error(str(msg.get("msg")))
+
+    def _acked(self, seq: int) -> None:
+        st = self.stats
+        if seq > st.acked_seq:
+            st.acked_seq = seq
+            self._resend_timeout = self.resend_after
+        while self._batches and self._batches[0].last <= seq:
+            b = self._batches.popleft()
+            st.buffered_records -= b.count
+            st.buffered_bytes -= len(b.body)
+
+    def _error(self, text: str) -> None:
+        self.stats.errors += 1
+        if self.stats.last_error != text:
+            log.warning("pilothouse agent: %s", text)
+        self.stats.last_error = text

@@ -1,0 +1,208 @@
+"""The wire protocol between trainers, the node agent and readers.
+
+Every message is one msgpack map with a ``t`` (type) key, sent as the last frame
+over DEALER -> ROUTER.  The set of types is closed: anything else is rejected by
+``decode`` before the agent acts on it.  The app imports this module, never the
+reverse.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import unicodedata
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgpack
+
+DEFAULT_PORT = 7766
+DEFAULT_URL = f"tcp://127.0.0.1:{DEFAULT_PORT}"
+ENV_AGENT = "PILOTHOUSE_AGENT"
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ZMQ_MAXMSGSIZE on the agent's socket
+MAX_NAME_CHARS = 250
+MAX_PAGE_POINTS = 200_000  # points per reply page; keeps replies far below the frame bound
+
+# Record kinds inside a trainer batch: [kind, step, wall_time, payload]
+REC_METRICS = 0
+REC_ROLLOUTS = 1
+
+# Journal entry kinds, as stored and streamed.
+KIND_METRIC = "m"
+KIND_ROLLOUTS = "r"
+KIND_EVENT = "e"
+KINDS = (KIND_METRIC, KIND_ROLLOUTS, KIND_EVENT)
+
+# Field order of a journal entry on the wire (a list, to keep frames small).
+ENTRY_FIELDS = ("id", "run", "kind", "metric", "rank", "n", "steps", "vals", "times", "body")
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class ProtocolError(ValueError):
+    """A peer sent something that is not a valid message; nothing was applied."""
+
+
+def pack(msg: dict) -> bytes:
+    return msgpack.packb(msg, use_bin_type=True)
+
+
+def unpack(frame: bytes) -> Any:
+    try:
+        return msgpack.unpackb(frame, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise ProtocolError(f"frame is not valid msgpack ({type(exc).__name__})") from None
+
+
+def check_name(value: Any, what: str) -> str:
+    """Names end up in terminals, files and the app: refuse what would corrupt them."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, not {type(value).__name__}")
+    if not value or len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"{what} must be 1 to {MAX_NAME_CHARS} characters, got {len(value)}")
+    for ch in value:
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            raise ValueError(f"{what} {value[:40]!r} contains control character U+{ord(ch):04X}")
+    return value
+
+
+def check_run_id(value: Any) -> str:
+    if not isinstance(value, str) or not _RUN_ID.match(value):
+        raise ValueError(f"run id must match {_RUN_ID.pattern}, got {str(value)[:80]!r}")
+    return value
+
+
+def check_url(url: Any, *, bind: bool = False) -> str:
+    """Accept tcp://HOST:PORT and ipc://PATH; a bind must name an address, not a wildcard."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(f"agent URL must look like tcp://127.0.0.1:{DEFAULT_PORT}, got {url!r}")
+    parts = urlsplit(url)
+    if parts.scheme == "ipc":
+        if not url[len("ipc://"):]:
+            raise ValueError(f"ipc URL needs a path: {url!r}")
+        return url
+    if parts.scheme != "tcp":
+        raise ValueError(f"agent URL scheme must be tcp or ipc, got {parts.scheme!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None or not 0 < port < 65536:
+        raise ValueError(f"agent URL needs a host and a port 1-65535: {url!r}")
+    if bind and parts.hostname == "*":
+        raise ValueError("bind to an explicit address, not '*'")
+    return url
+
+
+def is_loopback(url: str) -> bool:
+    parts = urlsplit(url)
+    if parts.scheme == "ipc":
+        return True
+    host = parts.hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# --- message validation ------------------------------------------------------------------
+
+def _need(msg: dict, key: str, types: type | tuple, what: str | None = None) -> Any:
+    value = msg.get(key)
+    if not isinstance(value, types) or isinstance(value, bool) and bool not in _as_tuple(types):
+        raise ProtocolError(f"{msg.get('t')!r} message needs {what or key} of type "
+                            f"{'/'.join(t.__name__ for t in _as_tuple(types))}")
+    return value
+
+
+def _as_tuple(types: type | tuple) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _check_hello(msg: dict) -> None:
+    _wrap(check_run_id, msg.get("run"))
+    _wrap(check_name, msg.get("project"), "project")
+    _wrap(check_name, msg.get("name"), "run name")
+    _need(msg, "rank", int)
+    _need(msg, "config", dict)
+    _need(msg, "host", str)
+    _need(msg, "pid", int)
+
+
+def _check_rec(msg: dict) -> None:
+    _wrap(check_run_id, msg.get("run"))
+    _need(msg, "rank", int)
+    if _need(msg, "seq", int) < 1:
+        raise ProtocolError("'rec' seq starts at 1")
+    _need(msg, "floor", int)
+    recs = _need(msg, "recs", list)
+    if not recs:
+        raise ProtocolError("'rec' message has no records")
+
+
+def _check_hb(msg: dict) -> None:
+    _wrap(check_run_id, msg.get("run"))
+    _need(msg, "rank", int)
+
+
+def _check_finish(msg: dict) -> None:
+    _check_hb(msg)
+    _need(msg, "seq", int)
+
+
+def _check_query(msg: dict) -> None:
+    _need(msg, "id", int, "request id")
+    _need(msg, "op", str)
+
+
+def _check_sub(msg: dict) -> None:
+    if _need(msg, "after", int) < 0:
+        raise ProtocolError("'sub' cursor must be >= 0")
+    _need(msg, "credit", int)
+    run = msg.get("run")
+    if run is not None:
+        _wrap(check_run_id, run)
+
+
+def _check_credit(msg: dict) -> None:
+    _need(msg, "n", int)
+
+
+def _check_nothing(msg: dict) -> None:
+    return None
+
+
+def _wrap(check, *args) -> None:
+    try:
+        check(*args)
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
+
+
+# Closed set of message types a peer may send to the agent.
+INBOUND = {
+    "hello": _check_hello,
+    "rec": _check_rec,
+    "hb": _check_hb,
+    "finish": _check_finish,
+    "q": _check_query,
+    "sub": _check_sub,
+    "credit": _check_credit,
+    "unsub": _check_nothing,
+}
+
+
+def decode(frame: bytes) -> dict:
+    """Unpack and validate one inbound message, or raise ProtocolError saying what is wrong."""
+    msg = unpack(frame)
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"message must be a map, got {type(msg).__name__}")
+    kind = msg.get("t")
+    check = INBOUND.get(kind) if isinstance(kind, str) else None
+    if check is None:
+        raise ProtocolError(f"unknown message type {str(kind)[:40]!r}")
+    check(msg)
+    return msg

@@ -1,0 +1,416 @@
+"""The node agent: one ROUTER socket, one SQLite journal, one loop.
+
+Each turn drains what arrived (bounded), validates and stores it in one transaction,
+commits, and only then acknowledges trainers and feeds readers: an ack always means
+"on disk".  Readers get entries only against credit, so a slow reader costs the agent
+a cursor, not memory.  Timers run the host/GPU sampler and the liveness check.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import zmq
+
+from . import __version__
+from .protocol import (KINDS, MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, ProtocolError, check_url, decode,
+                       is_loopback, pack)
+from .sampler import SystemSampler
+from .store import Store
+
+log = logging.getLogger("pilothouse.agent")
+
+TURN_MESSAGES = 2000  # bound one turn so acks and readers are never starved
+TURN_SECONDS = 0.05
+MAX_CREDIT = 64
+
+
+@dataclass
+class Reader:
+    cursor: int
+    credit: int
+    run: str | None
+    kinds: tuple[str, ...]
+    heard: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Liveness:
+    """What the agent knows of one trainer process between heartbeats."""
+
+    host: str
+    pid: int
+    pid_started: float | None
+    seen: float
+    status: str = "running"
+
+
+class Agent:
+    def __init__(self, bind: str, data_dir: str | Path, *, sample_interval: float = 1.0,
+                 stale_after: float = 5.0, sampler: SystemSampler | None = None,
+                 reader_timeout: float = 30.0):
+        self.bind = check_url(bind, bind=True)
+        if not is_loopback(bind):
+            raise ValueError(f"refusing to listen on {bind}: only loopback is allowed without CurveZMQ "
+                             "keys. Reach a remote node through an SSH tunnel to its loopback port "
+                             f"(ssh -L 7766:127.0.0.1:7766 node).")
+        self.data_dir = Path(data_dir)
+        self.store = Store(self.data_dir / "journal.sqlite")
+        self.host = socket.gethostname()
+        self.sampler = sampler if sampler is not None else SystemSampler()
+        self.sample_interval = sample_interval
+        self.stale_after = stale_after
+        self.reader_timeout = reader_timeout
+        self.readers: dict[bytes, Reader] = {}
+        self.live: dict[str, Liveness] = {}
+        self.bad_frames = 0
+        self._acks: dict[tuple[bytes, str, int], int] = {}
+        self._replies: list[tuple[bytes, dict]] = []
+        self._pending_empty: set[bytes] = set()  # readers owed an answer to their "sub"
+        self._stop = threading.Event()
+        self._ctx = zmq.Context()
+        self.sock = self._ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SNDHWM, 10_000)
+        self.sock.setsockopt(zmq.RCVHWM, 10_000)
+        self.sock.bind(self.bind)
+        self._system_run = self._register_system_run()
+        self._ops: dict[str, Callable[[dict], Any]] = {
+            "ping": self._op_ping, "runs": self._op_runs, "resolve": self._op_resolve, "read": self._op_read,
+        }
+        self._restore_liveness()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def stop(self, *_: object) -> None:
+        self._stop.set()
+
+    def serve_forever(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(sig, self.stop)
+        log.info("pilothouse agent %s listening on %s, data in %s", __version__, self.bind, self.data_dir)
+        next_sample = next_check = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                behind = self._readers_behind()
+                timeout = 0 if behind else max(0.0, min(next_sample, next_check) - now)
+                if self.sock.poll(int(min(timeout, 0.2) * 1000), zmq.POLLIN):
+                    self._turn()
+                elif behind:
+                    self._feed_readers(self.store.head, [])
+                now = time.monotonic()
+                if now >= next_sample:
+                    self._sample()
+                    next_sample = now + self.sample_interval
+                if now >= next_check:
+                    self._check_liveness()
+                    next_check = now + 1.0
+        finally:
+            self.sock.close(linger=0)
+            self._ctx.term()
+            self.store.begin()
+            self.store.set_status(self._system_run, "finished", time.time(), reason="agent stopped")
+            self.store.commit()
+            self.store.db.close()
+            log.info("pilothouse agent stopped")
+
+    # --- one turn -------------------------------------------------------------------------
+
+    def _turn(self) -> None:
+        head_before = self.store.head
+        self.store.begin()
+        try:
+            self._drain()
+            entries = self.store.commit()
+        except Exception:
+            log.exception("unexpected error; this turn's writes are rolled back")
+            self.store.rollback()
+            self._acks.clear()
+            self._replies.clear()
+            return
+        for (ident, run, rank), seq in self._acks.items():
+            self._send(ident, {"t": "ack", "run": run, "rank": rank, "seq": seq})
+        self._acks.clear()
+        for ident, msg in self._replies:
+            self._send(ident, msg)
+        self._replies.clear()
+        self._feed_readers(head_before, entries)
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + TURN_SECONDS
+        for _ in range(TURN_MESSAGES):
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            ident = frames[0]
+            try:
+                if len(frames) != 2:
+                    raise ProtocolError(f"expected one frame per message, got {len(frames) - 1}")
+                self._dispatch(ident, decode(frames[1]))
+            except ProtocolError as exc:
+                self._bad_input(ident, str(exc))
+            if time.monotonic() > deadline:
+                return
+
+    def _bad_input(self, ident: bytes, text: str, req_id: int | None = None) -> None:
+        self.bad_frames += 1
+        if self.bad_frames <= 20 or self.bad_frames % 1000 == 0:
+            log.warning("rejected a message (%d so far): %s", self.bad_frames, text)
+        self._replies.append((ident, {"t": "err", "id": req_id, "msg": text}))
+
+    def _dispatch(self, ident: bytes, msg: dict) -> None:
+        kind = msg["t"]
+        now = time.time()
+        if kind == "rec":
+            self._on_records(ident, msg, now)
+        elif kind == "hb":
+            self._on_heartbeat(ident, msg, now)
+        elif kind == "hello":
+            self._on_hello(ident, msg, now)
+        elif kind == "finish":
+            self._on_finish(ident, msg, now)
+        elif kind == "q":
+            self._on_query(ident, msg)
+        elif kind == "sub":
+            self.readers[ident] = Reader(msg["after"], max(1, min(msg["credit"], MAX_CREDIT)), msg.get("run"),
+                                         _kinds(msg.get("kinds")))
+            self.readers[ident].credit += 1  # the reply to a sub is free: it tells the reader it is heard
+            self._pending_empty.add(ident)
+        elif kind == "credit":
+            reader = self.readers.get(ident)
+            if reader is not None:
+                reader.credit = max(0, min(reader.credit + msg["n"], MAX_CREDIT))
+                reader.heard = time.monotonic()
+        elif kind == "unsub":
+            self.readers.pop(ident, None)
+
+    # --- trainers -----------------------------------------------------------------------
+
+    def _on_hello(self, ident: bytes, msg: dict, now: float) -> None:
+        before = self.store.upsert_run(msg, now)
+        if before in ("finished", "crashed", "stale"):
+            self.store.set_status(msg["run"], "running", now, reason="trainer said hello again")
+        self._alive(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"))
+        seq = self.store.max_seq.get((msg["run"], msg["rank"]), 0)
+        self._replies.append((ident, {"t": "welcome", "run": msg["run"], "rank": msg["rank"], "seq": seq}))
+
+    def _on_records(self, ident: bytes, msg: dict, now: float) -> None:
+        run, rank = msg["run"], msg["rank"]
+        if not self.store.has_run(run):
+            self._replies.append((ident, {"t": "nack", "run": run, "rank": rank, "reason": "hello",
+                                          "expect": self.store.max_seq.get((run, rank), 0) + 1}))
+            return
+        result = self.store.ingest(run, rank, msg["seq"], msg["floor"], msg["recs"], now)
+        if result.expect is not None:
+            self._replies.append((ident, {"t": "nack", "run": run, "rank": rank, "reason": "gap",
+                                          "expect": result.expect}))
+        else:
+            self._acks[(ident, run, rank)] = result.seq
+        self._heard(run, now)
+
+    def _on_heartbeat(self, ident: bytes, msg: dict, now: float) -> None:
+        run = msg["run"]
+        if not self.store.has_run(run):
+            self._replies.append((ident, {"t": "nack", "run": run, "rank": msg["rank"], "reason": "hello",
+                                          "expect": 1}))
+            return
+        self.store.touch(run, now, _count(msg.get("dropped_records")), _count(msg.get("dropped_points")))
+        self._heard(run, now)
+
+    def _on_finish(self, ident: bytes, msg: dict, now: float) -> None:
+        run, rank = msg["run"], msg["rank"]
+        have = self.store.max_seq.get((run, rank), 0)
+        if not self.store.has_run(run) or have < msg["seq"]:
+            self._replies.append((ident, {"t": "nack", "run": run, "rank": rank, "expect": have + 1,
+                                          "reason": "hello" if not self.store.has_run(run) else "gap"}))
+            return
+        live = self.live.get(run)
+        if live is None or live.status != "finished":
+            self.store.set_status(run, "finished", now)
+            if live is not None:
+                live.status = "finished"
+        self._replies.append((ident, {"t": "finished", "run": run, "rank": rank}))
+
+    def _alive(self, run: str, host: str, pid: int, pid_started: float | None) -> None:
+        self.live[run] = Liveness(host, pid, pid_started, time.time())
+
+    def _heard(self, run: str, now: float) -> None:
+        live = self.live.get(run)
+        if live is None:
+            row = self.store.run_row(run)
+            live = self.live[run] = Liveness(row["host"], row["pid"], row["pid_started"], now, row["status"])
+        live.seen = now
+        if live.status in ("stale", "crashed"):
+            live.status = "running"
+            self.store.set_status(run, "running", now, reason="heartbeat resumed")
+
+    def _restore_liveness(self) -> None:
+        """After a restart, runs that were running get the usual grace period, not a verdict."""
+        now = time.time()
+        for row in self.store.db.query("SELECT id, host, pid, pid_started, status FROM runs "
+                                       "WHERE status IN ('running', 'stale') AND kind='train'"):
+            self.live[row["id"]] = Liveness(row["host"], row["pid"], row["pid_started"], now, row["status"])
+
+    def _check_liveness(self) -> None:
+        now = time.time()
+        changed = []
+        for run, live in self.live.items():
+            if live.status not in ("running", "stale") or now - live.seen < self.stale_after:
+                continue
+            verdict = "crashed" if self._process_gone(live) else "stale"
+            if verdict != live.status:
+                live.status = verdict
+                changed.append((run, verdict, now - live.seen))
+        if changed:
+            head_before = self.store.head
+            self.store.begin()
+            for run, verdict, silent in changed:
+                self.store.set_status(run, verdict, now, reason=f"no heartbeat for {silent:.1f} s")
+            self._feed_readers(head_before, self.store.commit())
+
+    def _process_gone(self, live: Liveness) -> bool:
+        """Only a process on this host can be checked; elsewhere silence means stale."""
+        if live.host != self.host:
+            return False
+        try:
+            proc = psutil.Process(live.pid)
+            return live.pid_started is not None and abs(proc.create_time() - live.pid_started) > 1.0 \
+                or proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            return False
+
+    # --- system sampling ------------------------------------------------------------------
+
+    def _register_system_run(self) -> str:
+        run_id = "sys-" + "".join(c if c.isalnum() or c in "-_." else "-" for c in self.host)[:60]
+        self.store.begin()
+        self.store.upsert_run({"run": run_id, "project": "system", "name": self.host, "host": self.host,
+                               "pid": os.getpid(), "config": {}}, time.time(), kind="system")
+        self.store.set_status(run_id, "running", time.time())
+        self.store.commit()
+        return run_id
+
+    def _sample(self) -> None:
+        values = self.sampler.sample()
+        if not values:
+            return
+        run = self._system_run
+        seq = self.store.max_seq.get((run, 0), 0) + 1
+        head_before = self.store.head
+        self.store.begin()
+        try:
+            self.store.ingest(run, 0, seq, seq, [[0, seq, time.time(), values]], time.time())
+        except ProtocolError as exc:
+            log.warning("system sample rejected: %s", exc)
+        self._feed_readers(head_before, self.store.commit())
+
+    # --- readers --------------------------------------------------------------------------
+
+    def _readers_behind(self) -> bool:
+        head = self.store.head
+        return any(r.credit > 0 and r.cursor < head for r in self.readers.values())
+
+    def _feed_readers(self, head_before: int, fresh: list) -> None:
+        gone = [i for i, r in self.readers.items() if time.monotonic() - r.heard > self.reader_timeout]
+        for ident in gone:
+            del self.readers[ident]
+        for ident, reader in list(self.readers.items()):
+            if reader.credit <= 0:
+                continue
+            if reader.cursor >= head_before and (fresh or ident in self._pending_empty):
+                entries = [e for e in fresh if e[0] > reader.cursor and _wanted(reader, e)]
+                cursor = self.store.head
+            elif reader.cursor < self.store.head:
+                entries, cursor = self.store.read(reader.cursor, run=reader.run, kinds=reader.kinds,
+                                                  limit_points=MAX_PAGE_POINTS)
+            else:
+                continue
+            self._pending_empty.discard(ident)
+            reader.credit -= 1
+            reader.cursor = cursor
+            self._send(ident, {"t": "data", "cursor": cursor, "entries": entries})
+        self._pending_empty.intersection_update(self.readers)
+
+    def _send(self, ident: bytes, msg: dict) -> None:
+        try:
+            self.sock.send_multipart([ident, pack(msg)], zmq.NOBLOCK)
+        except zmq.ZMQError:  # peer gone (ROUTER_MANDATORY) or its queue is full: it will ask again
+            self.readers.pop(ident, None)
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def _on_query(self, ident: bytes, msg: dict) -> None:
+        op = self._ops.get(msg["op"])
+        args = msg.get("args") or {}
+        try:
+            if op is None or not isinstance(args, dict):
+                raise ValueError(f"unknown query {str(msg['op'])[:40]!r}")
+            data = op(args)
+        except (LookupError, ValueError, TypeError) as exc:
+            self._bad_input(ident, exc.args[0] if exc.args else str(exc), msg["id"])
+            return
+        self._replies.append((ident, {"t": "r", "id": msg["id"], "data": data}))
+
+    def _op_ping(self, args: dict) -> dict:
+        return {"version": __version__, "host": self.host, "head": self.store.head, "pid": os.getpid(),
+                "gpus": self.sampler.gpu_count, "bad_frames": self.bad_frames}
+
+    def _op_runs(self, args: dict) -> list[dict]:
+        rows = self.store.runs()
+        for row in rows:
+            live = self.live.get(row["id"])
+            if live is not None and row["kind"] == "train":
+                row["status"] = live.status
+                row["silent"] = round(time.time() - live.seen, 1)
+        return rows
+
+    def _op_resolve(self, args: dict) -> str:
+        return self.store.resolve(_arg(args, "ref", str))
+
+    def _op_read(self, args: dict) -> dict:
+        after = _arg(args, "after", int)
+        run = args.get("run")
+        if run is not None and not isinstance(run, str):
+            raise TypeError("run must be a string")
+        limit = min(_arg(args, "limit_points", int, MAX_PAGE_POINTS), MAX_PAGE_POINTS)
+        entries, cursor = self.store.read(after, run=run, kinds=_kinds(args.get("kinds")), limit_points=limit)
+        return {"entries": entries, "cursor": cursor}
+
+
+def _wanted(reader: Reader, entry: tuple) -> bool:
+    return (reader.run is None or entry[1] == reader.run) and (not reader.kinds or entry[2] in reader.kinds)
+
+
+def _kinds(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(k in KINDS for k in value):
+        raise ProtocolError(f"kinds must be a list drawn from {KINDS}")
+    return tuple(value)
+
+
+def _count(value: Any) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _arg(args: dict, key: str, kind: type, default: Any = None) -> Any:
+    value = args.get(key, default)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise TypeError(f"{key} must be {kind.__name__}")
+    return value

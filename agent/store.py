@@ -1,0 +1,299 @@
+"""The agent's durable journal: SQLite (WAL) through sqlite-utils.
+
+One table, ``journal``, is both the store and the stream: every entry (a metric
+chunk, a rollout batch, an event) gets the next integer id, and readers follow by
+"everything after id N".  Metric points are stored as numpy blobs per chunk, so NaN,
+±Inf, -0.0 and 1e308 come back bit-exact and a metric loads without per-point rows.
+Idempotent ingest: ``streams`` holds the highest committed seq per (run, rank), and
+is updated in the same transaction as the data it covers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import msgpack
+import numpy as np
+import sqlite_utils
+
+from .columns import columnize
+from .protocol import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, REC_METRICS, REC_ROLLOUTS, ProtocolError
+
+Entry = tuple  # (id, run, kind, metric, rank, n, steps, vals, times, body), see protocol.ENTRY_FIELDS
+
+MAX_ROLLOUT_ROWS = 10_000
+_ROLLOUT_VALUE_TYPES = (str, int, float, bool, type(None))
+
+RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
+               "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records")
+
+
+@dataclass
+class IngestResult:
+    """What the agent tells the trainer: ack up to ``seq``, or ask it to resend from ``expect``."""
+
+    seq: int
+    expect: int | None = None
+    entries: list[Entry] = field(default_factory=list)
+
+
+def _packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _unpackb(blob: bytes | None) -> Any:
+    return None if blob is None else msgpack.unpackb(blob, raw=False)
+
+
+class Store:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite_utils.Database(self.path)
+        self.db.conn.isolation_level = None  # explicit transactions: one per agent loop turn
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")  # survives a killed process; see README
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self._create_tables()
+        self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
+        self.max_seq = {(r, k): s for r, k, s in self.db.execute("SELECT run, rank, max_seq FROM streams")}
+        self.summaries: dict[str, dict] = {}
+        self._known_metrics: set[str] = set()
+        self._pending: list[Entry] = []
+        self._dirty_streams: set[tuple[str, int]] = set()
+        self._dirty_runs: dict[str, int] = {}
+
+    def _create_tables(self) -> None:
+        db = self.db
+        db["runs"].create({
+            "id": str, "project": str, "name": str, "kind": str, "host": str, "pid": int,
+            "pid_started": float, "config": bytes, "created": float, "status": str, "last_seen": float,
+            "ended": float, "last_step": int, "summary": bytes, "dropped_records": int,
+            "dropped_points": int, "lost_records": int,
+        }, pk="id", if_not_exists=True)
+        db["streams"].create({"run": str, "rank": int, "max_seq": int}, pk=("run", "rank"),
+                             if_not_exists=True)
+        db["journal"].create({
+            "id": int, "run": str, "kind": str, "metric": str, "rank": int, "n": int,
+            "steps": bytes, "vals": bytes, "times": bytes, "body": bytes,
+        }, pk="id", if_not_exists=True)
+        db["journal"].create_index(["run", "kind", "metric", "id"], if_not_exists=True)
+
+    # --- transactions -------------------------------------------------------------------
+
+    def begin(self) -> None:
+        self.db.execute("BEGIN")
+
+    def commit(self) -> list[Entry]:
+        """Write what this turn gathered; returns the committed entries for live readers."""
+        entries, self._pending = self._pending, []
+        if entries:
+            self.db.conn.executemany("INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)", entries)
+        if self._dirty_streams:
+            self.db.conn.executemany(
+                "INSERT OR REPLACE INTO streams VALUES (?,?,?)",
+                [(r, k, self.max_seq[(r, k)]) for r, k in self._dirty_streams])
+            self._dirty_streams.clear()
+        for run, step in self._dirty_runs.items():
+            self.db.execute("UPDATE runs SET last_step=?, summary=? WHERE id=?",
+                            [step, _packb(self.summaries.get(run, {})), run])
+        self._dirty_runs.clear()
+        self.db.execute("COMMIT")
+        return entries
+
+    def rollback(self) -> None:
+        """Forget this turn's writes (memory too), e.g. after an unexpected error."""
+        self.db.execute("ROLLBACK")
+        self._pending.clear()
+        self._dirty_streams.clear()
+        self._dirty_runs.clear()
+        self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
+        self.max_seq = {(r, k): s for r, k, s in self.db.execute("SELECT run, rank, max_seq FROM streams")}
+        self.summaries.clear()
+
+    def _next_id(self) -> int:
+        self.head += 1
+        return self.head
+
+    # --- runs ---------------------------------------------------------------------------
+
+    def upsert_run(self, hello: dict, now: float, kind: str = "train") -> str | None:
+        """Create or refresh a run; returns its status before (None if it is new)."""
+        run_id = hello["run"]
+        row = self.db.execute("SELECT status FROM runs WHERE id=?", [run_id]).fetchone()
+        if row is None:
+            self.db.execute(
+                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, config, summary) "
+                f"VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 2))})",
+                [run_id, hello["project"], hello["name"], kind, hello["host"], hello["pid"],
+                 hello.get("pid_started"), hello.get("created", now), "running", now, None, None,
+                 0, 0, 0, _packb(hello["config"]), _packb({})])
+            self.event(run_id, "status", {"status": "running", "host": hello["host"], "pid": hello["pid"]})
+        else:
+            self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=? WHERE id=?",
+                            [hello["host"], hello["pid"], hello.get("pid_started"), now, run_id])
+        return None if row is None else row[0]
+
+    def run_row(self, run_id: str) -> dict | None:
+        rows = list(self.db.query("SELECT * FROM runs WHERE id=?", [run_id]))
+        return rows[0] if rows else None
+
+    def has_run(self, run_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM runs WHERE id=?", [run_id]).fetchone() is not None
+
+    def set_status(self, run_id: str, status: str, now: float, **why: Any) -> None:
+        ended = now if status in ("finished", "crashed") else None
+        self.db.execute("UPDATE runs SET status=?, ended=? WHERE id=?", [status, ended, run_id])
+        self.event(run_id, "status", {"status": status, **why})
+
+    def touch(self, run_id: str, now: float, dropped_records: int, dropped_points: int) -> None:
+        self.db.execute("UPDATE runs SET last_seen=?, dropped_records=MAX(dropped_records, ?), "
+                        "dropped_points=MAX(dropped_points, ?) WHERE id=?",
+                        [now, dropped_records, dropped_points, run_id])
+
+    def runs(self) -> list[dict]:
+        out = []
+        for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, summary FROM runs ORDER BY created"):
+            row["config"] = _unpackb(row["config"])
+            row["summary"] = self.summaries.get(row["id"]) or _unpackb(row["summary"]) or {}
+            out.append(row)
+        return out
+
+    def resolve(self, ref: str) -> str:
+        """A run id, or a run name (or project/name) that names exactly one run."""
+        if self.has_run(ref):
+            return ref
+        matches = [r["id"] for r in self.db.query(
+            "SELECT id FROM runs WHERE name=? OR project || '/' || name=?", [ref, ref])]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise LookupError(f"no run with id or name {ref!r}")
+        raise LookupError(f"{ref!r} names {len(matches)} runs ({', '.join(matches[:5])}); use a run id")
+
+    # --- ingest -------------------------------------------------------------------------
+
+    def ingest(self, run: str, rank: int, seq: int, floor: int, recs: list, now: float) -> IngestResult:
+        """Store records seq.. of (run, rank) exactly once; validate everything before writing."""
+        key = (run, rank)
+        have = self.max_seq.get(key, 0)
+        last = seq + len(recs) - 1
+        if last <= have:
+            return IngestResult(have)  # all seen before: a resend
+        lost = 0
+        if seq > have + 1 and floor > have + 1:  # the trainer dropped have+1 .. floor-1 at its bound
+            lost = floor - 1 - have
+        if seq > have + lost + 1:
+            return IngestResult(have, expect=have + lost + 1)
+        rows = self._entries(run, rank, recs[have + lost + 1 - seq:])  # raises before any change
+        if lost:
+            self.db.execute("UPDATE runs SET lost_records=lost_records+? WHERE id=?", [lost, run])
+            self.event(run, "loss", {"rank": rank, "records": lost, "first_seq": have + 1,
+                                     "last_seq": have + lost})
+        entries = [(self._next_id(), *row) for row in rows]
+        self._pending.extend(entries)
+        self._advance(key, last)
+        return IngestResult(last, entries=entries)
+
+    def _advance(self, key: tuple[str, int], seq: int) -> None:
+        if self.max_seq.get(key, 0) != seq:
+            self.max_seq[key] = seq
+            self._dirty_streams.add(key)
+
+    def _entries(self, run: str, rank: int, recs: list) -> list[tuple]:
+        """Validated journal rows without ids; touches no state but the in-memory summary."""
+        metric_recs = []
+        rollouts = []
+        for index, rec in enumerate(recs):
+            if not isinstance(rec, list) or len(rec) != 4:
+                raise ProtocolError("a record must be [kind, step, wall_time, payload]")
+            kind, step, wall_time, payload = rec
+            if type(step) is not int or step < 0 or type(wall_time) is not float:
+                raise ProtocolError(f"record step must be an int >= 0 and wall_time a float, got {step!r}, {wall_time!r}")
+            if kind == REC_METRICS and isinstance(payload, dict):
+                if payload:
+                    metric_recs.append((index, step, wall_time, payload))
+            elif kind == REC_ROLLOUTS and isinstance(payload, list):
+                rollouts.append((step, wall_time, check_rollouts(payload)))
+            else:
+                raise ProtocolError(f"record kind {kind!r} with a {type(payload).__name__} payload is not known")
+        columns = columnize(metric_recs, self._known_metrics)
+        entries: list[tuple] = []
+        summary = self.summaries.setdefault(run, self._load_summary(run))
+        for col in columns:
+            entries.append((run, KIND_METRIC, col.metric, rank, len(col.steps),
+                            col.steps.tobytes(), col.vals.tobytes(), col.times.tobytes(), None))
+            summary[col.metric] = float(col.vals[-1])
+        for step, wall_time, rows in rollouts:
+            entries.append((run, KIND_ROLLOUTS, None, rank, len(rows),
+                            None, None, None, _packb({"step": step, "time": wall_time, "rows": rows})))
+        if metric_recs or rollouts:
+            last_step = max([r[1] for r in metric_recs[-1:]] + [r[0] for r in rollouts[-1:]])
+            self._dirty_runs[run] = max(last_step, self._dirty_runs.get(run, last_step))
+        return entries
+
+    def _load_summary(self, run: str) -> dict:
+        row = self.db.execute("SELECT summary FROM runs WHERE id=?", [run]).fetchone()
+        return (_unpackb(row[0]) if row else None) or {}
+
+    def event(self, run: str, name: str, data: dict) -> Entry:
+        entry = (self._next_id(), run, KIND_EVENT, None, 0, 0, None, None, None,
+                 _packb({"event": name, "time": time.time(), **data}))
+        self._pending.append(entry)
+        return entry
+
+    # --- reading ------------------------------------------------------------------------
+
+    def read(self, after: int, *, run: str | None = None, kinds: Iterable[str] | None = None,
+             limit_points: int = 200_000, limit_entries: int = 2_000) -> tuple[list[Entry], int]:
+        """Entries after cursor ``after``; returns (entries, cursor to continue from)."""
+        where, args = ["id > ?"], [after]
+        if run is not None:
+            where.append("run = ?")
+            args.append(run)
+        kinds = tuple(kinds or ())
+        if kinds:
+            where.append(f"kind IN ({','.join('?' * len(kinds))})")
+            args.extend(kinds)
+        sql = f"SELECT * FROM journal WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
+        entries: list[Entry] = []
+        points = 0
+        for row in self.db.execute(sql, [*args, limit_entries]):
+            entries.append(row)
+            points += row[5]
+            if points >= limit_points:
+                break
+        if len(entries) < limit_entries and points < limit_points:
+            return entries, max(after, self.head)  # scanned to the end
+        return entries, entries[-1][0]
+
+    def series(self, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(steps, values, wall_times) of one metric, every point, in arrival order."""
+        rows = self.db.execute("SELECT steps, vals, times FROM journal WHERE run=? AND kind=? AND metric=? "
+                               "ORDER BY id", [run, KIND_METRIC, metric]).fetchall()
+        return join_chunks(rows)
+
+
+def join_chunks(rows: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not rows:
+        return np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64)
+    steps = np.frombuffer(b"".join(r[0] for r in rows), dtype=np.int64)
+    vals = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float64)
+    times = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float64)
+    return steps, vals, times
+
+
+def check_rollouts(rows: Any) -> list[dict]:
+    """Rollout rows: a list of flat dicts of text and numbers (prompt, completion, reward, ...)."""
+    if not isinstance(rows, list) or len(rows) > MAX_ROLLOUT_ROWS:
+        raise ProtocolError(f"rollouts must be a list of at most {MAX_ROLLOUT_ROWS} rows")
+    for row in rows:
+        if not isinstance(row, dict):
+            raise ProtocolError(f"a rollout row must be a dict, got {type(row).__name__}")
+        for key, value in row.items():
+            if not isinstance(key, str) or not isinstance(value, _ROLLOUT_VALUE_TYPES):
+                raise ProtocolError(f"rollout field {str(key)[:40]!r} has unsupported type {type(value).__name__}")
+    return rows
