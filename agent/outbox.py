@@ -71,6 +71,7 @@ class Outbox:
         self._finish_seq: int | None = None
         self._finish_sent_at = 0.0
         self._resend_timeout = resend_after
+        self._need_hello = True  # before the first batch, and whenever the agent may have forgotten us
         self._finished = threading.Event()
         self._delivered = threading.Event()
         self._stop = threading.Event()
@@ -109,7 +110,6 @@ class Outbox:
         sock.setsockopt(zmq.SNDHWM, 64)
         sock.connect(self.url)
         self._sock = sock
-        self._send_msg({**self.hello, "t": "hello"})
         next_hb = 0.0
         try:
             while not self._stop.is_set():
@@ -159,7 +159,11 @@ class Outbox:
             for b in batches:  # the agent went quiet: go back to the first unacked batch
                 b.sent_at = None
             self._resend_timeout = min(self._resend_timeout * 2, 8.0)  # a busy agent is not a dead one
-            self._send_msg({**self.hello, "t": "hello"})
+            self._need_hello = True
+        if self._need_hello:
+            if not self._send_msg({**self.hello, "t": "hello"}):
+                return
+            self._need_hello = False
         for b in batches:
             if b.sent_at is None:
                 if not self._send_batch(b):
@@ -168,11 +172,14 @@ class Outbox:
         if (self._finish_seq is not None and self._finish_seq >= 0 and not batches
                 and now - self._finish_sent_at > self.resend_after / 4):
             self._finish_sent_at = now
-            self._send_msg({"t": "finish", "run": self.run, "rank": self.rank, "seq": self._finish_seq,
-                            "status": "finished"})
+            self._send_msg({**self._state("finish"), "seq": self._finish_seq, "status": "finished"})
+
+    def _floor(self) -> int:
+        """The lowest seq still held: everything below was acknowledged or dropped."""
+        return self._batches[0].seq if self._batches else self._next_seq
 
     def _send_batch(self, b: Batch) -> bool:
-        floor = self._batches[0].seq
+        floor = self._floor()
         head = msgpack.Packer(use_bin_type=True)
         frame = b"".join((head.pack_map_header(6), head.pack("t"), head.pack("rec"), head.pack("run"),
                           head.pack(self.run), head.pack("rank"), head.pack(self.rank), head.pack("seq"),
@@ -190,9 +197,13 @@ class Outbox:
             return False
 
     def _heartbeat(self) -> None:
+        self._send_msg(self._state("hb"))
+
+    def _state(self, kind: str) -> dict:
+        """Heartbeat and finish both carry the loss counters and the floor."""
         st = self.stats
-        self._send_msg({"t": "hb", "run": self.run, "rank": self.rank, "step": self.last_step,
-                        "dropped_records": st.dropped_records, "dropped_points": st.dropped_points})
+        return {"t": kind, "run": self.run, "rank": self.rank, "step": self.last_step, "floor": self._floor(),
+                "dropped_records": st.dropped_records, "dropped_points": st.dropped_points}
 
     def _read_replies(self) -> None:
         while True:
@@ -213,7 +224,7 @@ class Outbox:
         elif kind == "nack":
             self._acked(int(msg["expect"]) - 1)
             if msg.get("reason") == "hello":
-                self._send_msg({**self.hello, "t": "hello"})
+                self._need_hello = True
             for b in self._batches:
                 b.sent_at = None
         elif kind == "welcome":

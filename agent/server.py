@@ -203,8 +203,10 @@ class Agent:
     def _on_hello(self, ident: bytes, msg: dict, now: float) -> None:
         before = self.store.upsert_run(msg, now)
         if before in ("finished", "crashed", "stale"):
-            self.store.set_status(msg["run"], "running", now, reason="trainer said hello again")
-        self._alive(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"))
+            self.store.set_status(msg["run"], "running", now, reason=f"resumed by pid {msg['pid']}")
+        live = self.live.get(msg["run"])
+        if before is not None or live is None:
+            self._alive(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"))
         seq = self.store.max_seq.get((msg["run"], msg["rank"]), 0)
         self._replies.append((ident, {"t": "welcome", "run": msg["run"], "rank": msg["rank"], "seq": seq}))
 
@@ -228,12 +230,17 @@ class Agent:
             self._replies.append((ident, {"t": "nack", "run": run, "rank": msg["rank"], "reason": "hello",
                                           "expect": 1}))
             return
-        self.store.touch(run, now, _count(msg.get("dropped_records")), _count(msg.get("dropped_points")))
+        self._note_state(msg, now)
         self._heard(run, now)
+
+    def _note_state(self, msg: dict, now: float) -> int:
+        """Loss counters and floor from a heartbeat or finish; returns the committed seq."""
+        self.store.touch(msg["run"], now, _count(msg.get("dropped_records")), _count(msg.get("dropped_points")))
+        return self.store.account_floor(msg["run"], msg["rank"], _count(msg.get("floor")))
 
     def _on_finish(self, ident: bytes, msg: dict, now: float) -> None:
         run, rank = msg["run"], msg["rank"]
-        have = self.store.max_seq.get((run, rank), 0)
+        have = self._note_state(msg, now) if self.store.has_run(run) else 0
         if not self.store.has_run(run) or have < msg["seq"]:
             self._replies.append((ident, {"t": "nack", "run": run, "rank": rank, "expect": have + 1,
                                           "reason": "hello" if not self.store.has_run(run) else "gap"}))

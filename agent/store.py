@@ -121,9 +121,10 @@ class Store:
     # --- runs ---------------------------------------------------------------------------
 
     def upsert_run(self, hello: dict, now: float, kind: str = "train") -> str | None:
-        """Create or refresh a run; returns its status before (None if it is new)."""
+        """Create or refresh a run.  Returns the status it had if another process now continues
+        it (a resumed run), else None: a repeated hello from the same process changes nothing."""
         run_id = hello["run"]
-        row = self.db.execute("SELECT status FROM runs WHERE id=?", [run_id]).fetchone()
+        row = self.db.execute("SELECT status, pid, pid_started FROM runs WHERE id=?", [run_id]).fetchone()
         if row is None:
             self.db.execute(
                 f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, config, summary) "
@@ -135,7 +136,9 @@ class Store:
         else:
             self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=? WHERE id=?",
                             [hello["host"], hello["pid"], hello.get("pid_started"), now, run_id])
-        return None if row is None else row[0]
+            if (row[1], row[2]) != (hello["pid"], hello.get("pid_started")):
+                return row[0]
+        return None
 
     def run_row(self, run_id: str) -> dict | None:
         rows = list(self.db.query("SELECT * FROM runs WHERE id=?", [run_id]))
@@ -183,20 +186,29 @@ class Store:
         last = seq + len(recs) - 1
         if last <= have:
             return IngestResult(have)  # all seen before: a resend
-        lost = 0
-        if seq > have + 1 and floor > have + 1:  # the trainer dropped have+1 .. floor-1 at its bound
-            lost = floor - 1 - have
+        lost = max(0, floor - 1 - have) if seq > have + 1 else 0
         if seq > have + lost + 1:
             return IngestResult(have, expect=have + lost + 1)
         rows = self._entries(run, rank, recs[have + lost + 1 - seq:])  # raises before any change
-        if lost:
-            self.db.execute("UPDATE runs SET lost_records=lost_records+? WHERE id=?", [lost, run])
-            self.event(run, "loss", {"rank": rank, "records": lost, "first_seq": have + 1,
-                                     "last_seq": have + lost})
+        self.account_floor(run, rank, floor)
         entries = [(self._next_id(), *row) for row in rows]
         self._pending.extend(entries)
         self._advance(key, last)
         return IngestResult(last, entries=entries)
+
+    def account_floor(self, run: str, rank: int, floor: int) -> int:
+        """The trainer holds nothing below ``floor``: what we lack below it was dropped at its bound.
+
+        Recorded once as lost (a count and an event), so the loss is visible, never silent."""
+        key = (run, rank)
+        have = self.max_seq.get(key, 0)
+        if floor <= have + 1:
+            return have
+        lost = floor - 1 - have
+        self.db.execute("UPDATE runs SET lost_records=lost_records+? WHERE id=?", [lost, run])
+        self.event(run, "loss", {"rank": rank, "records": lost, "first_seq": have + 1, "last_seq": floor - 1})
+        self._advance(key, floor - 1)
+        return floor - 1
 
     def _advance(self, key: tuple[str, int], seq: int) -> None:
         if self.max_seq.get(key, 0) != seq:

@@ -1,0 +1,106 @@
+"""Fixtures that start real processes: the agent via the real CLI, trainers as scripts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.client import AgentUnavailable, Client
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class AgentProcess:
+    """A real ``pilothouse agent`` subprocess that tests can kill and restart."""
+
+    def __init__(self, data: Path, port: int, extra: list[str] | None = None):
+        self.data = data
+        self.url = f"tcp://127.0.0.1:{port}"
+        self.extra = extra or []
+        self.proc: subprocess.Popen | None = None
+        self.log = data / "agent-test.log"
+
+    def start(self) -> "AgentProcess":
+        self.data.mkdir(parents=True, exist_ok=True)
+        out = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agent", "agent", "--bind", self.url, "--data", str(self.data), *self.extra],
+            stdout=out, stderr=out, cwd=ROOT)
+        out.close()
+        wait_until(self.ready, timeout=20, what=f"agent on {self.url}")
+        return self
+
+    def ready(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
+        with Client(self.url, timeout=0.5) as c:
+            try:
+                c.ping()
+                return True
+            except AgentUnavailable:
+                return False
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=20)
+
+    def client(self, timeout: float = 10.0) -> Client:
+        return Client(self.url, timeout=timeout)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def agent_proc(tmp_path):
+    proc = AgentProcess(tmp_path / "agent", free_port(), ["--stale-after", "3"]).start()
+    yield proc
+    proc.stop()
+
+
+def start_trainer(tmp_path: Path, body: str, url: str, *args: str, name: str = "trainer") -> subprocess.Popen:
+    """Run ``body`` as a real trainer script (``URL`` and ``ARGS`` are defined for it)."""
+    script = tmp_path / f"{name}.py"
+    script.write_text("import sys, time, math\nimport agent\nURL = sys.argv[1]\nARGS = sys.argv[2:]\n"
+                      + textwrap.dedent(body))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PILOTHOUSE_AGENT", None)
+    return subprocess.Popen([sys.executable, str(script), url, *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 60) -> str:
+    proc.wait(timeout=timeout)  # trainers print little, so their pipes never fill
+    out, err = proc.stdout.read(), proc.stderr.read()  # read() keeps what readline() buffered
+    assert proc.returncode == 0, f"trainer failed ({proc.returncode}):\n{out}\n{err}"
+    return out
