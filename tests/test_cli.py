@@ -1,0 +1,146 @@
+"""The ``pilothouse`` command against a real agent, as a user runs it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import agent
+from agent.client import AgentUnavailable, Client
+from agent.protocol import DEFAULT_URL
+from conftest import ROOT, AgentProcess, finish, free_port, start_trainer, wait_until
+from test_store import SPECIAL, bits
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture
+def logged_run(agent_proc):
+    run = agent.init(project="grpo-math", name="lr3e-6", config={"lr": 3e-6, "kl_coef": 0.05},
+                     agent=agent_proc.url)
+    for step, v in enumerate(SPECIAL):
+        run.log({"reward/mean": v, "kl": 0.01 * step}, step=step)
+    assert run.finish()
+    return run
+
+
+def test_runs_lists_status_step_host_and_last_values(agent_proc, logged_run):
+    out = cli("runs", "--agent", agent_proc.url)
+    assert out.returncode == 0, out.stderr
+    header, line = out.stdout.splitlines()[:2]
+    assert header.split()[:6] == ["ID", "RUN", "STATUS", "STEP", "HOST", "LOST"]
+    assert line.split()[:4] == [logged_run.id, "grpo-math/lr3e-6", "finished", str(len(SPECIAL) - 1)]
+    assert "reward/mean=0.1" in line and "kl=0.06" in line
+    rows = json.loads(cli("runs", "--agent", agent_proc.url, "--json").stdout)
+    row = next(r for r in rows if r["id"] == logged_run.id)
+    assert row["config"] == {"lr": 3e-6, "kl_coef": 0.05} and row["lost_records"] == 0
+
+
+def test_export_csv_round_trips_every_point_bit_exact(agent_proc, logged_run, tmp_path):
+    target = tmp_path / "out.csv"
+    out = cli("export", "lr3e-6", "--agent", agent_proc.url, "-o", str(target))
+    assert out.returncode == 0, out.stderr
+    assert f"wrote {2 * len(SPECIAL)} points" in out.stderr
+    rows = list(csv.DictReader(io.StringIO(target.read_text())))
+    assert list(rows[0]) == ["metric", "step", "value", "wall_time"]
+    reward = [float(r["value"]) for r in rows if r["metric"] == "reward/mean"]
+    assert bits(reward) == bits(SPECIAL)
+    assert [int(r["step"]) for r in rows if r["metric"] == "kl"] == list(range(len(SPECIAL)))
+
+
+def test_export_jsonl_is_standard_json_with_nonfinite_as_strings(agent_proc, logged_run):
+    out = cli("export", logged_run.id, "--agent", agent_proc.url, "--format", "jsonl")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
+            for line in out.stdout.splitlines()]
+    reward = [r["value"] for r in rows if r["metric"] == "reward/mean"]
+    assert reward[:4] == ["nan", "inf", "-inf", -0.0] and reward[4] == 1e308
+
+
+def test_tail_prints_live_steps_and_ends_with_the_run(tmp_path, agent_proc):
+    trainer = start_trainer(tmp_path, """
+run = agent.init(project="t", name="tailed", agent=URL)
+print(run.id, flush=True)
+time.sleep(1.5)
+for s in range(40):
+    run.log({"loss": 1.0 / (s + 1), "reward/mean": s / 40}, step=s)
+    time.sleep(0.02)
+run.finish()
+""", agent_proc.url)
+    run_id = trainer.stdout.readline().strip()
+    tail = subprocess.Popen([sys.executable, "-m", "agent", "tail", run_id, "--agent", agent_proc.url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    finish(trainer)
+    out, err = tail.communicate(timeout=30)
+    assert tail.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"t/tailed ({run_id})")
+    step_lines = [line for line in lines if line.startswith("step")]
+    assert step_lines[-1].split()[:2] == ["step", "39"] and "loss=0.025" in step_lines[-1]
+    assert lines[-1].startswith("-- status:") and "finished" in lines[-1]
+
+
+def test_agent_stops_cleanly_on_sigterm_and_sigint(tmp_path):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        proc = AgentProcess(tmp_path / sig.name, free_port()).start()
+        proc.kill(sig)
+        assert proc.proc.returncode == 0
+        assert "pilothouse agent stopped" in proc.log.read_text()
+
+
+def test_init_without_url_starts_the_default_local_agent(tmp_path):
+    with Client(DEFAULT_URL, timeout=0.3) as c:
+        try:
+            c.ping()
+            pytest.skip(f"an agent already answers on {DEFAULT_URL}; cannot test autostart here")
+        except AgentUnavailable:
+            pass
+    env_backup = os.environ.get("PILOTHOUSE_DATA")
+    os.environ["PILOTHOUSE_DATA"] = str(tmp_path / "data")
+    try:
+        trainer = start_trainer(tmp_path, """
+run = agent.init(project="auto", name="started-for-me")
+for s in range(100):
+    run.log({"x": float(s)}, step=s)
+print(run.finish(timeout=30), flush=True)
+""", "unused")
+        assert finish(trainer).strip() == "True"
+        with Client(DEFAULT_URL) as c:
+            info = c.ping()
+            try:
+                run = next(r for r in c.runs() if r["name"] == "started-for-me")
+                assert run["status"] == "finished" and run["last_step"] == 99
+                assert (tmp_path / "data" / "agent" / "journal.sqlite").exists()
+            finally:
+                os.kill(info["pid"], signal.SIGTERM)  # the agent this test caused to start
+        wait_until(lambda: _gone(info["pid"]), what="the autostarted agent to stop")
+    finally:
+        if env_backup is None:
+            os.environ.pop("PILOTHOUSE_DATA", None)
+        else:
+            os.environ["PILOTHOUSE_DATA"] = env_backup
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return False
+    except ProcessLookupError:
+        return True
+
+
+def test_special_floats_survive_the_wire(agent_proc, logged_run):
+    with agent_proc.client() as c:
+        _, vals, _ = c.series(logged_run.id, "reward/mean")
+    assert bits(vals) == bits(SPECIAL) and math.isnan(vals[0])

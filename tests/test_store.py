@@ -1,0 +1,121 @@
+"""The journal on a real SQLite file: exactness, idempotence, loss accounting, reopening."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pytest
+
+from agent.protocol import ProtocolError
+from agent.store import Store
+
+SPECIAL = [math.nan, math.inf, -math.inf, -0.0, 1e308, 5e-324, 0.1]
+HELLO = {"run": "r1", "rank": 0, "project": "p", "name": "n", "config": {"lr": 3e-4}, "host": "h", "pid": 1}
+
+
+def bits(values) -> list[int]:
+    return [struct.unpack("<Q", struct.pack("<d", v))[0] for v in values]
+
+
+def rec(step: int, **values: float) -> list:
+    return [0, step, 1000.0 + step, values]
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "j.sqlite")
+    s.begin()
+    s.upsert_run(HELLO, 0.0)
+    s.commit()
+    return s
+
+
+def ingest(store: Store, seq: int, recs: list, floor: int | None = None):
+    store.begin()
+    result = store.ingest("r1", 0, seq, floor or seq, recs, 0.0)
+    store.commit()
+    return result
+
+
+def test_special_floats_come_back_bit_exact_after_reopening(store, tmp_path):
+    ingest(store, 1, [rec(i, v=v) for i, v in enumerate(SPECIAL)])
+    store.db.close()
+    steps, vals, times = Store(tmp_path / "j.sqlite").series("r1", "v")
+    assert steps.tolist() == list(range(len(SPECIAL)))
+    assert bits(vals) == bits(SPECIAL)  # NaN stays NaN (not NULL), -0.0 keeps its sign
+
+
+def test_resent_and_overlapping_batches_are_stored_once(store):
+    assert ingest(store, 1, [rec(i, x=float(i)) for i in range(10)]).seq == 10
+    assert ingest(store, 1, [rec(i, x=float(i)) for i in range(10)]).seq == 10  # resend
+    assert ingest(store, 6, [rec(i, x=float(i)) for i in range(5, 15)]).seq == 15  # overlap
+    steps, vals, _ = store.series("r1", "x")
+    assert steps.tolist() == list(range(15)) and vals.tolist() == [float(i) for i in range(15)]
+
+
+def test_a_gap_asks_for_a_resend_and_stores_nothing(store):
+    ingest(store, 1, [rec(0, x=0.0)])
+    result = ingest(store, 5, [rec(4, x=4.0)], floor=2)  # the trainer still holds seq 2-4
+    assert result.expect == 2 and not result.entries
+    assert store.series("r1", "x")[0].tolist() == [0]
+
+
+def test_a_gap_below_the_trainers_floor_is_counted_as_loss(store):
+    ingest(store, 1, [rec(0, x=0.0)])
+    result = ingest(store, 5, [rec(4, x=4.0)], floor=5)  # the trainer dropped seqs 2-4
+    assert result.expect is None and result.seq == 5
+    assert store.run_row("r1")["lost_records"] == 3
+    events = [e for e in store.read(0, run="r1", kinds=["e"])[0]]
+    assert any(b"loss" in e[9] for e in events)
+
+
+def test_non_numeric_value_rejects_the_whole_batch(store):
+    with pytest.raises(ProtocolError, match="metric 'bad' at step 1 is str"):
+        ingest(store, 1, [rec(0, x=1.0), rec(1, x=2.0, bad="1.5")])
+    store.rollback()
+    assert store.series("r1", "x")[0].size == 0 and store.max_seq.get(("r1", 0), 0) == 0
+
+
+def test_metrics_with_changing_companions_keep_record_order(store):
+    recs = [rec(0, loss=0.0, lr=1.0), rec(1, loss=1.0), rec(2, loss=2.0, lr=3.0), rec(3, loss=3.0, acc=0.5)]
+    ingest(store, 1, recs)
+    assert store.series("r1", "loss")[0].tolist() == [0, 1, 2, 3]
+    assert store.series("r1", "lr")[0].tolist() == [0, 2]
+    assert store.series("r1", "acc")[1].tolist() == [0.5]
+
+
+def test_reading_by_cursor_pages_through_everything(store):
+    for seq in range(1, 51):
+        ingest(store, seq, [rec(seq, x=float(seq), y=1.0)])
+    seen, cursor = [], 0
+    while True:
+        entries, cursor = store.read(cursor, kinds=["m"], limit_points=7)
+        if not entries:
+            break
+        seen.extend(np.frombuffer(e[6], np.int64).tolist() for e in entries if e[3] == "x")
+    assert [s for chunk in seen for s in chunk] == list(range(1, 51))
+
+
+def test_streams_survive_reopening(store, tmp_path):
+    ingest(store, 1, [rec(0, x=0.0), rec(1, x=1.0)])
+    store.db.close()
+    again = Store(tmp_path / "j.sqlite")
+    assert again.max_seq[("r1", 0)] == 2
+    again.begin()
+    assert again.ingest("r1", 0, 1, 1, [rec(0, x=0.0), rec(1, x=1.0)], 0.0).seq == 2  # a resend after restart
+    again.commit()
+    assert again.series("r1", "x")[0].tolist() == [0, 1]
+
+
+def test_resolve_by_id_name_and_project_slash_name(store):
+    store.begin()
+    store.upsert_run({**HELLO, "run": "r2", "name": "twin"}, 0.0)
+    store.upsert_run({**HELLO, "run": "r3", "name": "twin"}, 0.0)
+    store.commit()
+    assert store.resolve("r1") == "r1" and store.resolve("n") == "r1" and store.resolve("p/n") == "r1"
+    with pytest.raises(LookupError, match="names 2 runs"):
+        store.resolve("twin")
+    with pytest.raises(LookupError, match="no run"):
+        store.resolve("ghost")
