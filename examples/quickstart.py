@@ -1,0 +1,42 @@
+"""Three lines of Pilothouse in a training loop (a toy reward curve, no GPU needed).
+
+    python examples/quickstart.py          # starts the local agent if none is running
+    pilothouse runs                        # the run, its status and last values
+    pilothouse tail quickstart             # live metrics while it runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import time
+
+import agent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--delay", type=float, default=0.05, help="seconds per step")
+    parser.add_argument("--agent", default=None, help="agent URL (default: local agent, started if absent)")
+    args = parser.parse_args()
+
+    run = agent.init(project="quickstart", name="quickstart", config={"lr": 3e-6, "kl_coef": 0.05},
+                     agent=args.agent)
+    print(f"run {run.id}: watch it with `pilothouse tail {run.id}`", flush=True)
+    for step in range(args.steps):
+        reward = 1 - math.exp(-step / 80) + random.gauss(0, 0.05)
+        run.log({"reward/mean": reward, "reward/std": 0.2 * math.exp(-step / 150),
+                 "kl": 0.002 * step ** 0.5, "loss": -reward + random.gauss(0, 0.02)}, step=step)
+        if step % 50 == 0:
+            run.log_rollouts(step, [{"prompt": "12+30=", "completion": str(42 if reward > 0.5 else 41),
+                                     "reward": float(reward > 0.5)}])
+        time.sleep(args.delay)
+    delivered = run.finish()
+    print(f"finished {run.id}: {run.stats['records']} records, delivered={delivered}; "
+          f"now try `pilothouse runs` and `pilothouse export {run.id}`")
+
+
+if __name__ == "__main__":
+    main()
