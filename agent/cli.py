@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from typing import IO, Any
@@ -95,14 +96,18 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from .server import Agent
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    data = args.data or default_data_dir()
     try:
-        agent = Agent(args.bind, args.data or default_data_dir(), sample_interval=args.sample_interval,
+        agent = Agent(args.bind, data, sample_interval=args.sample_interval,
                       stale_after=args.stale_after)
     except ValueError as exc:
         print(f"pilothouse agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except zmq.ZMQError as exc:
         print(f"pilothouse agent: cannot listen on {args.bind}: {exc} (is another agent running?)", file=sys.stderr)
+        return EXIT_ERROR
+    except (OSError, sqlite3.Error) as exc:
+        print(f"pilothouse agent: cannot use data directory {data}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     agent.serve_forever()
     return 0
@@ -182,7 +187,11 @@ def tail_lines(entries: list) -> Iterator[tuple[str, bool]]:
 def cmd_export(args: argparse.Namespace) -> int:
     with Client(args.agent, timeout=args.timeout) as client:
         run = client.resolve(args.run)
-        out = open(args.output, "w", newline="") if args.output else sys.stdout
+        try:
+            out = open(args.output, "w", newline="") if args.output else sys.stdout
+        except OSError as exc:
+            print(f"pilothouse: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+            return EXIT_ERROR
         try:
             n = write_points(client.history(run, [KIND_METRIC]), out, args.format)
         finally:

@@ -61,6 +61,7 @@ class Client:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.IMMEDIATE, 1)
+            sock.setsockopt(zmq.IPV6, 1)
             sock.connect(self.url)
             self._sock = sock
         return self._sock

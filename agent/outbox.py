@@ -106,6 +106,7 @@ class Outbox:
     def _loop(self) -> None:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IPV6, 1)
         sock.setsockopt(zmq.IMMEDIATE, 1)  # no silent queueing towards an absent agent
         sock.setsockopt(zmq.SNDHWM, 64)
         sock.connect(self.url)
@@ -133,7 +134,14 @@ class Outbox:
             n = min(len(queue), MAX_RECORDS_PER_BATCH)
             recs = [queue.popleft() for _ in range(n)]
             points = sum(len(r[3]) for r in recs if r[0] == 0)
-            batch = Batch(self._next_seq, n, points, msgpack.packb(recs, use_bin_type=True))
+            try:
+                body = msgpack.packb(recs, use_bin_type=True)
+            except (TypeError, ValueError, OverflowError) as exc:  # log() checks types; this is a last resort
+                self._error(f"{n} records could not be packed and were dropped: {exc}")
+                self.stats.dropped_records += n
+                self.stats.dropped_points += points
+                continue
+            batch = Batch(self._next_seq, n, points, body)
             self._next_seq += n
             self._batches.append(batch)
             st = self.stats

@@ -9,6 +9,7 @@ reverse.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import unicodedata
 from typing import Any
@@ -38,6 +39,10 @@ KINDS = (KIND_METRIC, KIND_ROLLOUTS, KIND_EVENT)
 ENTRY_FIELDS = ("id", "run", "kind", "metric", "rank", "n", "steps", "vals", "times", "body")
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SYSTEM_RUN_PREFIX = "sys-"  # the agent's own host/GPU sample runs; no trainer may use it
+INT64_MAX = (1 << 63) - 1
+MAX_CONFIG_DEPTH = 8
+_CONFIG_SCALARS = (str, int, float, bool, type(None))
 
 
 class ProtocolError(ValueError):
@@ -67,9 +72,44 @@ def check_name(value: Any, what: str) -> str:
     return value
 
 
-def check_run_id(value: Any) -> str:
+def check_run_id(value: Any, *, system: bool = False) -> str:
     if not isinstance(value, str) or not _RUN_ID.match(value):
         raise ValueError(f"run id must match {_RUN_ID.pattern}, got {str(value)[:80]!r}")
+    if not system and value.startswith(SYSTEM_RUN_PREFIX):
+        raise ValueError(f"run ids starting with {SYSTEM_RUN_PREFIX!r} are reserved for the agent's host samples")
+    return value
+
+
+def check_int(value: Any, what: str, lo: int = 0, hi: int = INT64_MAX) -> int:
+    """SQLite and numpy store int64: refuse what they cannot hold before it reaches them."""
+    if type(value) is not int or not lo <= value <= hi:
+        raise ValueError(f"{what} must be an int in [{lo}, {hi}], got {str(value)[:40]}")
+    return value
+
+
+def check_config(config: Any, where: str = "config", depth: int = 0) -> dict:
+    """Config values: text, numbers, booleans, None, and lists/maps of them (string keys)."""
+    if not isinstance(config, dict):
+        raise TypeError(f"{where} must be a dict, got {type(config).__name__}")
+    if depth > MAX_CONFIG_DEPTH:
+        raise ValueError(f"{where} nests deeper than {MAX_CONFIG_DEPTH} levels")
+    out = {}
+    for key, value in config.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{where} keys must be strings, got {key!r}")
+        out[key] = _config_value(value, f"{where}.{key}", depth)
+    return out
+
+
+def _config_value(value: Any, where: str, depth: int) -> Any:
+    if isinstance(value, dict):
+        return check_config(value, where, depth + 1)
+    if isinstance(value, (list, tuple)):
+        return [_config_value(v, where, depth + 1) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        check_int(value, where, -INT64_MAX - 1)
+    elif not isinstance(value, _CONFIG_SCALARS):
+        raise TypeError(f"{where} has type {type(value).__name__}; use str, int, float, bool or None")
     return value
 
 
@@ -123,34 +163,41 @@ def _as_tuple(types: type | tuple) -> tuple:
 
 
 def _check_hello(msg: dict) -> None:
-    _wrap(check_run_id, msg.get("run"))
+    _check_hb(msg)
     _wrap(check_name, msg.get("project"), "project")
     _wrap(check_name, msg.get("name"), "run name")
-    _need(msg, "rank", int)
-    _need(msg, "config", dict)
-    _need(msg, "host", str)
-    _need(msg, "pid", int)
+    _wrap(check_name, msg.get("host"), "host")
+    _wrap(check_int, msg.get("pid"), "pid", 1)
+    _wrap(check_config, msg.get("config"))
+    for key in ("pid_started", "created"):
+        value = msg.get(key)
+        if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+            raise ProtocolError(f"'hello' {key} must be a finite number of seconds")
 
 
 def _check_rec(msg: dict) -> None:
-    _wrap(check_run_id, msg.get("run"))
-    _need(msg, "rank", int)
-    if _need(msg, "seq", int) < 1:
-        raise ProtocolError("'rec' seq starts at 1")
-    _need(msg, "floor", int)
+    _check_hb(msg)
+    seq = msg.get("seq")
+    _wrap(check_int, seq, "'rec' seq", 1)
+    if "floor" not in msg:
+        raise ProtocolError("'rec' message needs floor")
     recs = _need(msg, "recs", list)
     if not recs:
         raise ProtocolError("'rec' message has no records")
+    _wrap(check_int, seq + len(recs) - 1, "'rec' last seq", 1)
 
 
 def _check_hb(msg: dict) -> None:
     _wrap(check_run_id, msg.get("run"))
-    _need(msg, "rank", int)
+    _wrap(check_int, msg.get("rank"), "rank")
+    for key in ("floor", "dropped_records", "dropped_points"):
+        if key in msg:
+            _wrap(check_int, msg[key], key)
 
 
 def _check_finish(msg: dict) -> None:
     _check_hb(msg)
-    _need(msg, "seq", int)
+    _wrap(check_int, msg.get("seq"), "'finish' seq")
 
 
 def _check_query(msg: dict) -> None:
@@ -159,16 +206,15 @@ def _check_query(msg: dict) -> None:
 
 
 def _check_sub(msg: dict) -> None:
-    if _need(msg, "after", int) < 0:
-        raise ProtocolError("'sub' cursor must be >= 0")
-    _need(msg, "credit", int)
+    _wrap(check_int, msg.get("after"), "'sub' cursor")
+    _wrap(check_int, msg.get("credit"), "'sub' credit", 1, 1 << 20)
     run = msg.get("run")
     if run is not None:
-        _wrap(check_run_id, run)
+        _wrap(lambda r: check_run_id(r, system=True), run)
 
 
 def _check_credit(msg: dict) -> None:
-    _need(msg, "n", int)
+    _wrap(check_int, msg.get("n"), "'credit' n", 0, 1 << 20)
 
 
 def _check_nothing(msg: dict) -> None:
@@ -178,7 +224,7 @@ def _check_nothing(msg: dict) -> None:
 def _wrap(check, *args) -> None:
     try:
         check(*args)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise ProtocolError(str(exc)) from None
 
 

@@ -7,6 +7,7 @@ time and appends to a deque; everything else happens on the outbox thread.
 from __future__ import annotations
 
 import atexit
+import math
 import logging
 import os
 import secrets
@@ -22,12 +23,13 @@ import psutil
 
 from . import launcher
 from .outbox import Outbox
-from .protocol import DEFAULT_URL, ENV_AGENT, REC_METRICS, REC_ROLLOUTS, check_name, check_url
+from .protocol import (DEFAULT_URL, ENV_AGENT, INT64_MAX, REC_METRICS, REC_ROLLOUTS, check_config, check_int,
+                       check_name, check_run_id, check_url)
 from .store import check_rollouts
 
 log = logging.getLogger("pilothouse")
 
-_CONFIG_TYPES = (str, int, float, bool, type(None))
+_CONFIG_TYPES = (str, int, float, bool, type(None))  # rollout values too
 _OPEN_RUNS: "weakref.WeakSet[Run]" = weakref.WeakSet()
 _MAX_ROLLOUT_TEXT = 16 << 20
 
@@ -37,17 +39,21 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
          buffer_mb: float = 256, heartbeat: float = 1.0) -> "Run":
     """Start a run.  ``agent=None``: $PILOTHOUSE_AGENT, else the local agent (started if absent)."""
     check_name(project, "project")
-    run_id = id or os.environ.get("PILOTHOUSE_RUN_ID") or _new_id()
-    check_name(name or run_id, "run name")
-    cfg = _check_config(dict(config or {}))
-    url = agent or os.environ.get(ENV_AGENT)
-    if url is None:
-        url = DEFAULT_URL
-        launcher.ensure_local_agent(url)
-    check_url(url)
+    run_id = check_run_id(id or os.environ.get("PILOTHOUSE_RUN_ID") or _new_id())
+    name = run_id if name is None else check_name(name, "run name")
+    cfg = check_config(dict(config or {}))
     if rank is None:
         rank = int(os.environ.get("RANK", "0"))
-    return Run(url, project=project, name=name or run_id, config=cfg, run_id=run_id, rank=rank,
+    check_int(rank, "rank")
+    for what, value in (("buffer_mb", buffer_mb), ("heartbeat", heartbeat)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ValueError(f"{what} must be a positive number, got {value!r}")
+    url = agent or os.environ.get(ENV_AGENT)
+    if url is None:
+        url = check_url(DEFAULT_URL)
+        launcher.ensure_local_agent(url)
+    check_url(url)
+    return Run(url, project=project, name=name, config=cfg, run_id=run_id, rank=rank,
                buffer_bytes=int(buffer_mb * (1 << 20)), heartbeat=heartbeat)
 
 
@@ -90,7 +96,12 @@ class Run:
         """Append sample rollouts (prompt, completion, reward, ...) for ``step``; every step is kept."""
         if self._closed:
             raise RuntimeError(f"run {self.id} is finished")
-        clean = [{k: _rollout_value(k, v) for k, v in dict(row).items()} for row in rows]
+        if not isinstance(rows, (list, tuple)):
+            raise TypeError(f"rollouts must be a list of dicts, got {type(rows).__name__}")
+        for i, row in enumerate(rows):
+            if not isinstance(row, Mapping):
+                raise TypeError(f"rollout row {i} must be a dict, got {type(row).__name__}")
+        clean = [{k: _rollout_value(k, v) for k, v in row.items()} for row in rows]
         check_rollouts(clean)
         size = sum(len(v) for row in clean for v in row.values() if isinstance(v, str))
         if size > _MAX_ROLLOUT_TEXT:
@@ -134,8 +145,8 @@ class Run:
             if isinstance(step, bool) or not hasattr(step, "__index__"):
                 raise TypeError(f"step must be an int, got {type(step).__name__}")
             step = step.__index__()
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
+        if not 0 <= step <= INT64_MAX:
+            raise ValueError(f"step must be in [0, {INT64_MAX}], got {step}")
         if advance:
             self._step = step
         return step
@@ -148,29 +159,22 @@ class Run:
 
 def _number(key: str, value: Any) -> float | int:
     if type(value) is int:
+        if not -INT64_MAX - 1 <= value <= INT64_MAX:
+            raise ValueError(f"metric {key!r} = {value} does not fit in int64; log it as a float")
         return value
     if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
         raise TypeError(f"metric {key!r} must be a number, got {type(value).__name__}")
-    return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):  # a multi-element array or tensor
+        raise TypeError(f"metric {key!r} must be a scalar number, got {type(value).__name__} "
+                        f"of shape {getattr(value, 'shape', '?')}") from None
 
 
 def _rollout_value(key: Any, value: Any) -> Any:
     if isinstance(value, _CONFIG_TYPES) or not hasattr(value, "__float__"):
         return value
-    return float(value)  # numpy and torch scalars
-
-
-def _check_config(config: dict, where: str = "config") -> dict:
-    for key, value in config.items():
-        if not isinstance(key, str):
-            raise TypeError(f"{where} keys must be strings, got {key!r}")
-        if isinstance(value, Mapping):
-            config[key] = _check_config(dict(value), f"{where}.{key}")
-        elif isinstance(value, (list, tuple)):
-            config[key] = [_check_config({"_": v}, f"{where}.{key}")["_"] for v in value]
-        elif not isinstance(value, _CONFIG_TYPES):
-            raise TypeError(f"{where}.{key} has type {type(value).__name__}; use str, int, float, bool or None")
-    return config
+    return _number(key, value)  # numpy and torch scalars
 
 
 def _new_id() -> str:

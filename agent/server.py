@@ -22,8 +22,8 @@ import psutil
 import zmq
 
 from . import __version__
-from .protocol import (KINDS, MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, ProtocolError, check_url, decode,
-                       is_loopback, pack)
+from .protocol import (KINDS, MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, SYSTEM_RUN_PREFIX, ProtocolError, check_int,
+                       check_url, decode, is_loopback, pack)
 from .sampler import SystemSampler
 from .store import Store
 
@@ -64,7 +64,21 @@ class Agent:
                              "keys. Reach a remote node through an SSH tunnel to its loopback port "
                              f"(ssh -L 7766:127.0.0.1:7766 node).")
         self.data_dir = Path(data_dir)
-        self.store = Store(self.data_dir / "journal.sqlite")
+        self._ctx = zmq.Context()
+        self.sock = self._ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SNDHWM, 10_000)
+        self.sock.setsockopt(zmq.RCVHWM, 10_000)
+        self.sock.setsockopt(zmq.IPV6, 1)
+        try:
+            self.sock.bind(self.bind)  # before touching the data dir: a busy port leaves nothing behind
+            self.store = Store(self.data_dir / "journal.sqlite")
+        except BaseException:
+            self.sock.close(linger=0)
+            self._ctx.term()
+            raise
         self.host = socket.gethostname()
         self.sampler = sampler if sampler is not None else SystemSampler()
         self.sample_interval = sample_interval
@@ -77,14 +91,6 @@ class Agent:
         self._replies: list[tuple[bytes, dict]] = []
         self._pending_empty: set[bytes] = set()  # readers owed an answer to their "sub"
         self._stop = threading.Event()
-        self._ctx = zmq.Context()
-        self.sock = self._ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.SNDHWM, 10_000)
-        self.sock.setsockopt(zmq.RCVHWM, 10_000)
-        self.sock.bind(self.bind)
         self._system_run = self._register_system_run()
         self._ops: dict[str, Callable[[dict], Any]] = {
             "ping": self._op_ping, "runs": self._op_runs, "resolve": self._op_resolve, "read": self._op_read,
@@ -113,10 +119,10 @@ class Agent:
                     self._feed_readers(self.store.head, [])
                 now = time.monotonic()
                 if now >= next_sample:
-                    self._sample()
+                    self._timer(self._sample)
                     next_sample = now + self.sample_interval
                 if now >= next_check:
-                    self._check_liveness()
+                    self._timer(self._check_liveness)
                     next_check = now + 1.0
         finally:
             self.sock.close(linger=0)
@@ -126,6 +132,14 @@ class Agent:
             self.store.commit()
             self.store.db.close()
             log.info("pilothouse agent stopped")
+
+    def _timer(self, job: Callable[[], None]) -> None:
+        """A failing timer job is logged and retried next tick; it never stops the agent."""
+        try:
+            job()
+        except Exception:
+            log.exception("%s failed", job.__name__)
+            self.store.rollback()
 
     # --- one turn -------------------------------------------------------------------------
 
@@ -295,17 +309,17 @@ class Agent:
             return False
         try:
             proc = psutil.Process(live.pid)
-            return live.pid_started is not None and abs(proc.create_time() - live.pid_started) > 1.0 \
-                or proc.status() == psutil.STATUS_ZOMBIE
+            reused = isinstance(live.pid_started, (int, float)) and abs(proc.create_time() - live.pid_started) > 1.0
+            return reused or proc.status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return True
-        except psutil.Error:
+        except (psutil.Error, ValueError, TypeError, OverflowError):
             return False
 
     # --- system sampling ------------------------------------------------------------------
 
     def _register_system_run(self) -> str:
-        run_id = "sys-" + "".join(c if c.isalnum() or c in "-_." else "-" for c in self.host)[:60]
+        run_id = SYSTEM_RUN_PREFIX + "".join(c if c.isalnum() or c in "-_." else "-" for c in self.host)[:60]
         self.store.begin()
         self.store.upsert_run({"run": run_id, "project": "system", "name": self.host, "host": self.host,
                                "pid": os.getpid(), "config": {}}, time.time(), kind="system")
@@ -366,10 +380,12 @@ class Agent:
         op = self._ops.get(msg["op"])
         args = msg.get("args") or {}
         try:
-            if op is None or not isinstance(args, dict):
+            if op is None:
                 raise ValueError(f"unknown query {str(msg['op'])[:40]!r}")
+            if not isinstance(args, dict):
+                raise TypeError("query args must be a map")
             data = op(args)
-        except (LookupError, ValueError, TypeError) as exc:
+        except (LookupError, ValueError, TypeError, OverflowError) as exc:
             self._bad_input(ident, exc.args[0] if exc.args else str(exc), msg["id"])
             return
         self._replies.append((ident, {"t": "r", "id": msg["id"], "data": data}))
@@ -391,7 +407,7 @@ class Agent:
         return self.store.resolve(_arg(args, "ref", str))
 
     def _op_read(self, args: dict) -> dict:
-        after = _arg(args, "after", int)
+        after = check_int(_arg(args, "after", int), "after")
         run = args.get("run")
         if run is not None and not isinstance(run, str):
             raise TypeError("run must be a string")

@@ -20,7 +20,8 @@ import numpy as np
 import sqlite_utils
 
 from .columns import columnize
-from .protocol import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, REC_METRICS, REC_ROLLOUTS, ProtocolError
+from .protocol import (INT64_MAX, KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, REC_METRICS, REC_ROLLOUTS,
+                       ProtocolError)
 
 Entry = tuple  # (id, run, kind, metric, rank, n, steps, vals, times, body), see protocol.ENTRY_FIELDS
 
@@ -106,7 +107,8 @@ class Store:
 
     def rollback(self) -> None:
         """Forget this turn's writes (memory too), e.g. after an unexpected error."""
-        self.db.execute("ROLLBACK")
+        if self.db.conn.in_transaction:
+            self.db.execute("ROLLBACK")
         self._pending.clear()
         self._dirty_streams.clear()
         self._dirty_runs.clear()
@@ -223,7 +225,7 @@ class Store:
             if not isinstance(rec, list) or len(rec) != 4:
                 raise ProtocolError("a record must be [kind, step, wall_time, payload]")
             kind, step, wall_time, payload = rec
-            if type(step) is not int or step < 0 or type(wall_time) is not float:
+            if type(step) is not int or not 0 <= step <= INT64_MAX or type(wall_time) is not float:
                 raise ProtocolError(f"record step must be an int >= 0 and wall_time a float, got {step!r}, {wall_time!r}")
             if kind == REC_METRICS and isinstance(payload, dict):
                 if payload:
