@@ -1,14 +1,16 @@
 """Turn a batch of row-shaped trainer records into per-metric columns.
 
-Trainers send one dict per ``log()`` call because that is the cheapest thing to do
-on the training thread; the agent stores columns (numpy blobs) because that is what
-makes ingest and loading fast.  Records with the same key set are converted as one
-matrix, so the Python work is per record, not per point.
+On the wire a batch names each distinct set of metric names once (``keys``) and each
+metrics record carries ``[0, step, wall_time, keyset_index, [values...]]``: the training
+thread does no more than split its dict, and the agent decodes floats, not a string
+per point.  Records with the same key set are converted as one matrix, so the
+agent's Python work is per record, not per point.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,33 +37,51 @@ class _Group:
         self.rows: list[list] = []
 
 
-def columnize(records: list[tuple[int, int, float, dict]], known: set[str]) -> list[Column]:
-    """records: (index, step, wall_time, {metric: number}).  ``known`` caches checked names.
+def check_keysets(keysets: Any, known: set[str]) -> list[tuple[str, ...]]:
+    """Validate the batch's table of metric-name sets; ``known`` caches names already checked."""
+    if not isinstance(keysets, list):
+        raise ProtocolError("'rec' keys must be a list of lists of metric names")
+    out = []
+    for names in keysets:
+        if not isinstance(names, list) or len(set(names)) != len(names):
+            raise ProtocolError("each 'rec' key set must be a list of distinct metric names")
+        for name in names:
+            if name not in known:
+                try:
+                    check_name(name, "metric name")
+                except ValueError as exc:
+                    raise ProtocolError(str(exc)) from None
+                known.add(name)
+        out.append(tuple(names))
+    return out
 
-    Raises ProtocolError, naming the metric, for a non-numeric value or a bad name;
-    nothing is returned in that case, so a bad batch changes nothing.
+
+def columnize(records: list[tuple[int, int, float, int, list]], keysets: list[tuple[str, ...]]) -> list[Column]:
+    """records: (index, step, wall_time, keyset_index, values).
+
+    Raises ProtocolError, naming the metric, for a non-numeric value or a malformed
+    record; nothing is returned in that case, so a bad batch changes nothing.
     """
-    groups: dict[tuple, _Group] = {}
-    for index, step, wall_time, values in records:
-        keys = tuple(values)
-        group = groups.get(keys)
+    groups: dict[int, _Group] = {}
+    for index, step, wall_time, ks, values in records:
+        if type(ks) is not int or not 0 <= ks < len(keysets) or type(values) is not list \
+                or len(values) != len(keysets[ks]):
+            raise ProtocolError(f"metrics record at step {step} does not match its key set")
+        if not _NUMERIC.issuperset(map(type, values)):
+            bad = next(i for i, v in enumerate(values) if type(v) not in _NUMERIC)
+            raise ProtocolError(f"metric {keysets[ks][bad]!r} at step {step} is {type(values[bad]).__name__}, "
+                                "not a number")
+        group = groups.get(ks)
         if group is None:
-            for key in keys:
-                if key not in known:
-                    _check_metric_name(key)
-                    known.add(key)
-            group = groups[keys] = _Group()
-        row = list(values.values())
-        if not _NUMERIC.issuperset(map(type, row)):
-            bad = next(k for k, v in values.items() if type(v) not in _NUMERIC)
-            raise ProtocolError(f"metric {bad!r} at step {step} is {type(values[bad]).__name__}, not a number")
+            group = groups[ks] = _Group()
         group.idx.append(index)
         group.steps.append(step)
         group.times.append(wall_time)
-        group.rows.append(row)
+        group.rows.append(values)
 
     parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
-    for keys, group in groups.items():
+    for ks, group in groups.items():
+        keys = keysets[ks]
         try:
             matrix = np.array(group.rows, dtype=np.float64).reshape(len(group.rows), len(keys))
         except OverflowError:
@@ -84,10 +104,3 @@ def columnize(records: list[tuple[int, int, float, dict]], known: set[str]) -> l
             times = np.concatenate([p[3] for p in pieces])[order]
         columns.append(Column(metric, steps, np.ascontiguousarray(vals), times))
     return columns
-
-
-def _check_metric_name(key: object) -> None:
-    try:
-        check_name(key, "metric name")
-    except ValueError as exc:
-        raise ProtocolError(str(exc)) from None

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 import msgpack
 import zmq
 
-from .protocol import ProtocolError, pack, unpack
+from .protocol import REC_METRICS, ProtocolError, encode_records, pack, unpack
 
 log = logging.getLogger("pilothouse.outbox")
 
 MAX_RECORDS_PER_BATCH = 4096
+MAX_BATCH_BYTES = 8 << 20  # far below the agent's 64 MiB ZMQ_MAXMSGSIZE, which drops bigger frames
+MAX_INFLIGHT_BYTES = 32 << 20  # sent but not yet acknowledged; the rest waits in the buffer
 
 
 @dataclass
@@ -30,7 +32,7 @@ class Batch:
     seq: int  # first seq
     count: int
     points: int
-    body: bytes  # the packed record list
+    body: bytes  # the packed "keys" and "recs" entries of the message map
     sent_at: float | None = None
 
     @property
@@ -68,14 +70,14 @@ class Outbox:
         self._ctx = context or zmq.Context.instance()
         self._batches: collections.deque[Batch] = collections.deque()
         self._next_seq = 1
+        self._inflight_bytes = 0
+        self._last_reply = 0.0
         self._finish_seq: int | None = None
         self._finish_sent_at = 0.0
         self._resend_timeout = resend_after
         self._need_hello = True  # before the first batch, and whenever the agent may have forgotten us
         self._finished = threading.Event()
-        self._delivered = threading.Event()
         self._stop = threading.Event()
-        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pilothouse-outbox", daemon=True)
         self._thread.start()
 
@@ -84,20 +86,21 @@ class Outbox:
     def close(self, timeout: float) -> bool:
         """Ship everything, tell the agent the run ended, wait up to ``timeout`` for its ack."""
         self._finish_seq = -1  # the I/O thread fixes the real last seq once the queue is drained
-        self._wake.set()
         delivered = self._finished.wait(timeout)
         self._stop.set()
         self._thread.join(timeout=5)
         return delivered
 
-    def flush(self, timeout: float) -> bool:
-        """Wait until everything logged so far is acknowledged (tests, checkpoints)."""
-        target = self.stats.records + len(self.queue)
+    def flush(self, timeout: float, target: int) -> bool:
+        """Wait until records 1..``target`` are acknowledged (tests, checkpoints).
+
+        The caller counts what it appended: ``stats.records + len(queue)`` misses the
+        records this thread has popped but not yet counted.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.stats.acked_seq >= target:
                 return True
-            self._wake.set()
             time.sleep(0.005)
         return False
 
@@ -116,7 +119,6 @@ class Outbox:
             while not self._stop.is_set():
                 if sock.poll(int(self.flush_interval * 1000), zmq.POLLIN):
                     self._read_replies()
-                self._wake.clear()
                 self._drain_queue()
                 now = time.monotonic()
                 self._send_due(now)
@@ -133,14 +135,19 @@ class Outbox:
         while queue:
             n = min(len(queue), MAX_RECORDS_PER_BATCH)
             recs = [queue.popleft() for _ in range(n)]
-            points = sum(len(r[3]) for r in recs if r[0] == 0)
             try:
-                body = msgpack.packb(recs, use_bin_type=True)
+                body = _pack_body(recs)
+                while len(body) > MAX_BATCH_BYTES and n > 1:  # rare: wide records; put the tail back
+                    n //= 2
+                    queue.extendleft(reversed(recs[n:]))
+                    recs = recs[:n]
+                    body = _pack_body(recs)
             except (TypeError, ValueError, OverflowError) as exc:  # log() checks types; this is a last resort
                 self._error(f"{n} records could not be packed and were dropped: {exc}")
                 self.stats.dropped_records += n
-                self.stats.dropped_points += points
+                self.stats.dropped_points += _points(recs)
                 continue
+            points = _points(recs)
             batch = Batch(self._next_seq, n, points, body)
             self._next_seq += n
             self._batches.append(batch)
@@ -160,12 +167,16 @@ class Outbox:
         st.dropped_points += batch.points
         st.buffered_records -= batch.count
         st.buffered_bytes -= len(batch.body)
+        if batch.sent_at is not None:
+            self._inflight_bytes -= len(batch.body)
 
     def _send_due(self, now: float) -> None:
         batches = self._batches
-        if batches and batches[0].sent_at is not None and now - batches[0].sent_at > self._resend_timeout:
+        if (batches and batches[0].sent_at is not None
+                and now - max(batches[0].sent_at, self._last_reply) > self._resend_timeout):
             for b in batches:  # the agent went quiet: go back to the first unacked batch
                 b.sent_at = None
+            self._inflight_bytes = 0
             self._resend_timeout = min(self._resend_timeout * 2, 8.0)  # a busy agent is not a dead one
             self._need_hello = True
         if self._need_hello:
@@ -174,9 +185,12 @@ class Outbox:
             self._need_hello = False
         for b in batches:
             if b.sent_at is None:
+                if self._inflight_bytes and self._inflight_bytes + len(b.body) > MAX_INFLIGHT_BYTES:
+                    break  # a window, so a busy agent's queue stays short and acks stay prompt
                 if not self._send_batch(b):
                     break
                 b.sent_at = now
+                self._inflight_bytes += len(b.body)
         if (self._finish_seq is not None and self._finish_seq >= 0 and not batches
                 and now - self._finish_sent_at > self.resend_after / 4):
             self._finish_sent_at = now
@@ -189,9 +203,9 @@ class Outbox:
     def _send_batch(self, b: Batch) -> bool:
         floor = self._floor()
         head = msgpack.Packer(use_bin_type=True)
-        frame = b"".join((head.pack_map_header(6), head.pack("t"), head.pack("rec"), head.pack("run"),
+        frame = b"".join((head.pack_map_header(7), head.pack("t"), head.pack("rec"), head.pack("run"),
                           head.pack(self.run), head.pack("rank"), head.pack(self.rank), head.pack("seq"),
-                          head.pack(b.seq), head.pack("floor"), head.pack(floor), head.pack("recs"), b.body))
+                          head.pack(b.seq), head.pack("floor"), head.pack(floor), b.body))
         return self._send_frame(frame)
 
     def _send_msg(self, msg: dict) -> bool:
@@ -219,6 +233,7 @@ class Outbox:
                 frame = self._sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            self._last_reply = time.monotonic()
             try:
                 msg = unpack(frame)
                 self._on_reply(msg if isinstance(msg, dict) else {})
@@ -235,6 +250,7 @@ class Outbox:
                 self._need_hello = True
             for b in self._batches:
                 b.sent_at = None
+            self._inflight_bytes = 0
         elif kind == "welcome":
             self._acked(int(msg.get("seq", 0)))
         elif kind == "finished":
@@ -251,9 +267,21 @@ class Outbox:
             b = self._batches.popleft()
             st.buffered_records -= b.count
             st.buffered_bytes -= len(b.body)
+            if b.sent_at is not None:
+                self._inflight_bytes -= len(b.body)
 
     def _error(self, text: str) -> None:
         self.stats.errors += 1
         if self.stats.last_error != text:
             log.warning("pilothouse agent: %s", text)
         self.stats.last_error = text
+
+
+def _pack_body(recs: list[tuple]) -> bytes:
+    keys, wire = encode_records(recs)
+    packer = msgpack.Packer(use_bin_type=True)
+    return b"".join((packer.pack("keys"), packer.pack(keys), packer.pack("recs"), packer.pack(wire)))
+
+
+def _points(recs: list[tuple]) -> int:
+    return sum(len(r[4]) for r in recs if r[0] == REC_METRICS)

@@ -25,7 +25,8 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ZMQ_MAXMSGSIZE on the agent's socket
 MAX_NAME_CHARS = 250
 MAX_PAGE_POINTS = 200_000  # points per reply page; keeps replies far below the frame bound
 
-# Record kinds inside a trainer batch: [kind, step, wall_time, payload]
+# Records inside a trainer batch: [0, step, wall_time, keyset_index, values] for metrics,
+# [1, step, wall_time, rows] for rollouts; see encode_records.
 REC_METRICS = 0
 REC_ROLLOUTS = 1
 
@@ -58,6 +59,24 @@ def unpack(frame: bytes) -> Any:
         return msgpack.unpackb(frame, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types for garbage
         raise ProtocolError(f"frame is not valid msgpack ({type(exc).__name__})") from None
+
+
+def encode_records(records: list[tuple]) -> tuple[list[tuple[str, ...]], list[tuple]]:
+    """Trainer-side records -> the ``keys`` table and ``recs`` list of a 'rec' message.
+
+    Metrics records arrive as (0, step, wall_time, names, values) and leave with ``names``
+    replaced by its index in the table, so each name crosses the wire once per batch."""
+    table: dict[tuple[str, ...], int] = {}
+    wire = []
+    for rec in records:
+        if rec[0] == REC_METRICS:
+            index = table.get(rec[3])
+            if index is None:
+                index = table[rec[3]] = len(table)
+            wire.append((REC_METRICS, rec[1], rec[2], index, rec[4]))
+        else:
+            wire.append(rec)
+    return list(table), wire
 
 
 def check_name(value: Any, what: str) -> str:
@@ -184,6 +203,7 @@ def _check_rec(msg: dict) -> None:
     recs = _need(msg, "recs", list)
     if not recs:
         raise ProtocolError("'rec' message has no records")
+    _need(msg, "keys", list)
     _wrap(check_int, seq + len(recs) - 1, "'rec' last seq", 1)
 
 

@@ -30,6 +30,7 @@ from .store import check_rollouts
 log = logging.getLogger("pilothouse")
 
 _CONFIG_TYPES = (str, int, float, bool, type(None))  # rollout values too
+_FLOATS = frozenset((float,))
 _OPEN_RUNS: "weakref.WeakSet[Run]" = weakref.WeakSet()
 _MAX_ROLLOUT_TEXT = 16 << 20
 
@@ -68,7 +69,8 @@ class Run:
         self._config = config
         self.config: Mapping[str, Any] = types.MappingProxyType(self._config)
         self._step = -1
-        self._known: set[str] = set()
+        self._records = 0  # appended to the queue; what flush waits for
+        self._known: set[tuple[str, ...]] = set()  # metric-name sets already checked
         self._closed = False
         self._lock = threading.Lock()
         hello = {"run": run_id, "rank": rank, "project": project, "name": name, "config": config,
@@ -82,14 +84,17 @@ class Run:
         """Record scalars at ``step`` (default: the last step + 1).  Never blocks."""
         if self._closed:
             raise RuntimeError(f"run {self.id} is finished; start a new one with agent.init()")
-        values = dict(metrics)
-        if not self._known.issuperset(values):
-            self._check_keys(values)
-        for key, value in values.items():
-            if type(value) is not float:
-                values[key] = _number(key, value)
+        if type(metrics) is not dict and not isinstance(metrics, Mapping):
+            raise TypeError(f"metrics must be a dict of name -> number, got {type(metrics).__name__}")
+        names = tuple(metrics)
+        if names not in self._known:
+            self._check_keys(names)
+        values = list(metrics.values())
+        if not _FLOATS.issuperset(map(type, values)):
+            values = [_number(k, v) for k, v in zip(names, values)]
         step = self._next_step(step)
-        self._queue.append((REC_METRICS, step, time.time(), values))
+        self._queue.append((REC_METRICS, step, time.time(), names, values))
+        self._records += 1
         self._outbox.last_step = step
 
     def log_rollouts(self, step: int, rows: list[Mapping[str, Any]]) -> None:
@@ -107,10 +112,11 @@ class Run:
         if size > _MAX_ROLLOUT_TEXT:
             raise ValueError(f"rollouts for step {step} hold {size} characters; split them (limit {_MAX_ROLLOUT_TEXT})")
         self._queue.append((REC_ROLLOUTS, self._next_step(step, advance=False), time.time(), clean))
+        self._records += 1
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until the agent acknowledged everything logged so far."""
-        return self._outbox.flush(timeout)
+        return self._outbox.flush(timeout, self._records)
 
     def finish(self, timeout: float = 10.0) -> bool:
         """Deliver what is buffered and mark the run finished; False if the agent did not confirm."""
@@ -151,10 +157,10 @@ class Run:
             self._step = step
         return step
 
-    def _check_keys(self, values: dict) -> None:
-        for key in values:
+    def _check_keys(self, names: tuple) -> None:
+        for key in names:
             check_name(key, "metric name")
-        self._known.update(values)
+        self._known.add(names)
 
 
 def _number(key: str, value: Any) -> float | int:

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -79,6 +80,7 @@ class Agent:
             self.sock.close(linger=0)
             self._ctx.term()
             raise
+        self.store.db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it off the loop
         self.host = socket.gethostname()
         self.sampler = sampler if sampler is not None else SystemSampler()
         self.sample_interval = sample_interval
@@ -107,6 +109,8 @@ class Agent:
             if threading.current_thread() is threading.main_thread():
                 signal.signal(sig, self.stop)
         log.info("pilothouse agent %s listening on %s, data in %s", __version__, self.bind, self.data_dir)
+        checkpointer = threading.Thread(target=self._checkpoint_loop, name="wal-checkpointer", daemon=True)
+        checkpointer.start()
         next_sample = next_check = time.monotonic()
         try:
             while not self._stop.is_set():
@@ -125,6 +129,8 @@ class Agent:
                     self._timer(self._check_liveness)
                     next_check = now + 1.0
         finally:
+            self._stop.set()
+            checkpointer.join(timeout=10)
             self.sock.close(linger=0)
             self._ctx.term()
             self.store.begin()
@@ -132,6 +138,20 @@ class Agent:
             self.store.commit()
             self.store.db.close()
             log.info("pilothouse agent stopped")
+
+    def _checkpoint_loop(self, interval: float = 1.0) -> None:
+        """Copy the WAL back into the database on a thread of its own connection: SQLite
+        releases the GIL, so this runs on another core instead of stalling the loop's commits."""
+        con = sqlite3.connect(self.store.path, timeout=5)
+        try:
+            while not self._stop.wait(interval):
+                try:
+                    con.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error as exc:
+                    log.warning("WAL checkpoint failed: %s", exc)
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            con.close()
 
     def _timer(self, job: Callable[[], None]) -> None:
         """A failing timer job is logged and retried next tick; it never stops the agent."""
@@ -230,7 +250,7 @@ class Agent:
             self._replies.append((ident, {"t": "nack", "run": run, "rank": rank, "reason": "hello",
                                           "expect": self.store.max_seq.get((run, rank), 0) + 1}))
             return
-        result = self.store.ingest(run, rank, msg["seq"], msg["floor"], msg["recs"], now)
+        result = self.store.ingest(run, rank, msg["seq"], msg["floor"], msg["keys"], msg["recs"], now)
         if result.expect is not None:
             self._replies.append((ident, {"t": "nack", "run": run, "rank": rank, "reason": "gap",
                                           "expect": result.expect}))
@@ -336,7 +356,8 @@ class Agent:
         head_before = self.store.head
         self.store.begin()
         try:
-            self.store.ingest(run, 0, seq, seq, [[0, seq, time.time(), values]], time.time())
+            self.store.ingest(run, 0, seq, seq, [list(values)], [[0, seq, time.time(), 0, list(values.values())]],
+                              time.time())
         except ProtocolError as exc:
             log.warning("system sample rejected: %s", exc)
         self._feed_readers(head_before, self.store.commit())

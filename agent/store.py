@@ -19,7 +19,7 @@ import msgpack
 import numpy as np
 import sqlite_utils
 
-from .columns import columnize
+from .columns import check_keysets, columnize
 from .protocol import (INT64_MAX, KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, REC_METRICS, REC_ROLLOUTS,
                        ProtocolError)
 
@@ -181,7 +181,8 @@ class Store:
 
     # --- ingest -------------------------------------------------------------------------
 
-    def ingest(self, run: str, rank: int, seq: int, floor: int, recs: list, now: float) -> IngestResult:
+    def ingest(self, run: str, rank: int, seq: int, floor: int, keys: list, recs: list,
+               now: float) -> IngestResult:
         """Store records seq.. of (run, rank) exactly once; validate everything before writing."""
         key = (run, rank)
         have = self.max_seq.get(key, 0)
@@ -191,7 +192,7 @@ class Store:
         lost = max(0, floor - 1 - have) if seq > have + 1 else 0
         if seq > have + lost + 1:
             return IngestResult(have, expect=have + lost + 1)
-        rows = self._entries(run, rank, recs[have + lost + 1 - seq:])  # raises before any change
+        rows = self._entries(run, rank, keys, recs[have + lost + 1 - seq:])  # raises before any change
         self.account_floor(run, rank, floor)
         entries = [(self._next_id(), *row) for row in rows]
         self._pending.extend(entries)
@@ -217,26 +218,30 @@ class Store:
             self.max_seq[key] = seq
             self._dirty_streams.add(key)
 
-    def _entries(self, run: str, rank: int, recs: list) -> list[tuple]:
+    def _entries(self, run: str, rank: int, keys: list, recs: list) -> list[tuple]:
         """Validated journal rows without ids; touches no state but the in-memory summary."""
+        keysets = check_keysets(keys, self._known_metrics)
         metric_recs = []
         rollouts = []
         for index, rec in enumerate(recs):
-            if not isinstance(rec, list) or len(rec) != 4:
-                raise ProtocolError("a record must be [kind, step, wall_time, payload]")
-            kind, step, wall_time, payload = rec
+            if not isinstance(rec, list) or len(rec) not in (4, 5):
+                raise ProtocolError("a record must be [0, step, wall_time, keyset, values] or "
+                                    "[1, step, wall_time, rows]")
+            kind, step, wall_time = rec[:3]
             if type(step) is not int or not 0 <= step <= INT64_MAX or type(wall_time) is not float:
                 raise ProtocolError(f"record step must be an int >= 0 and wall_time a float, got {step!r}, {wall_time!r}")
-            if kind == REC_METRICS and isinstance(payload, dict):
-                if payload:
-                    metric_recs.append((index, step, wall_time, payload))
-            elif kind == REC_ROLLOUTS and isinstance(payload, list):
-                rollouts.append((step, wall_time, check_rollouts(payload)))
+            if kind == REC_METRICS and len(rec) == 5:
+                if rec[4]:
+                    metric_recs.append((index, step, wall_time, rec[3], rec[4]))
+            elif kind == REC_ROLLOUTS and len(rec) == 4:
+                rollouts.append((step, wall_time, check_rollouts(rec[3])))
             else:
-                raise ProtocolError(f"record kind {kind!r} with a {type(payload).__name__} payload is not known")
-        columns = columnize(metric_recs, self._known_metrics)
+                raise ProtocolError(f"record kind {kind!r} with {len(rec)} fields is not known")
+        columns = columnize(metric_recs, keysets)
         entries: list[tuple] = []
-        summary = self.summaries.setdefault(run, self._load_summary(run))
+        summary = self.summaries.get(run)
+        if summary is None:
+            summary = self.summaries[run] = self._load_summary(run)
         for col in columns:
             entries.append((run, KIND_METRIC, col.metric, rank, len(col.steps),
                             col.steps.tobytes(), col.vals.tobytes(), col.times.tobytes(), None))

@@ -49,6 +49,12 @@ class AgentProcess:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "AgentProcess":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> "AgentProcess":
         prefix = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
         cmd = [sys.executable, *prefix, "-m", "agent", "agent", "--bind", self.url, "--data", str(self.data),
                "--log-level", "WARNING"]
@@ -79,7 +85,7 @@ class AgentProcess:
         t = psutil.Process(self.proc.pid).cpu_times()
         return t.user + t.system
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()  # SIGTERM: the agent stops cleanly (and cProfile writes its file)
             try:

@@ -88,6 +88,22 @@ def agent_proc(tmp_path):
     proc.stop()
 
 
+def encode_dict_records(records: list) -> tuple[list[list[str]], list]:
+    """Metrics records written as [0, step, time, {name: value}] (readable in tests) -> the wire's
+    key-set table and value lists; anything else (rollouts, malformed shapes) passes through."""
+    keys: list[list[str]] = []
+    out = []
+    for r in records:
+        if isinstance(r, list) and len(r) == 4 and r[0] == 0 and isinstance(r[3], dict):
+            names = list(r[3])
+            if names not in keys:
+                keys.append(names)
+            out.append([0, r[1], r[2], keys.index(names), list(r[3].values())])
+        else:
+            out.append(r)
+    return keys, out
+
+
 def start_trainer(tmp_path: Path, body: str, url: str, *args: str, name: str = "trainer") -> subprocess.Popen:
     """Run ``body`` as a real trainer script (``URL`` and ``ARGS`` are defined for it)."""
     script = tmp_path / f"{name}.py"

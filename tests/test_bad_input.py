@@ -25,7 +25,7 @@ from zmq.utils.monitor import recv_monitor_message
 import agent
 from agent.protocol import MAX_MESSAGE_BYTES
 from agent.run import Run
-from conftest import AgentProcess, free_port, wait_until
+from conftest import AgentProcess, encode_dict_records, free_port, wait_until
 
 torch = pytest.importorskip("torch")
 
@@ -551,7 +551,8 @@ def test_wire_multi_frame_message_gets_err(wire):
 
 
 def rec(seq: int, *records: list, run: str = SEED) -> dict:
-    return {"t": "rec", "run": run, "rank": 0, "seq": seq, "floor": seq, "recs": list(records)}
+    keys, recs = encode_dict_records(list(records))
+    return {"t": "rec", "run": run, "rank": 0, "seq": seq, "floor": seq, "keys": keys, "recs": recs}
 
 
 @pytest.mark.parametrize("records, why", [
@@ -568,10 +569,13 @@ def rec(seq: int, *records: list, run: str = SEED) -> dict:
     ([[0, True, 1.0, {"loss": 1.0}]], r"record step must be an int >= 0"),
     ([[0, 10, 1, {"loss": 1.0}]], r"wall_time a float"),
     ([[0, 10, None, {"loss": 1.0}]], r"wall_time a float"),
-    ([[0, 10, 1.0]], r"a record must be \[kind, step, wall_time, payload\]"),
-    (["rec"], r"a record must be \[kind, step, wall_time, payload\]"),
-    ([[7, 10, 1.0, {"loss": 1.0}]], r"record kind 7 with a dict payload is not known"),
-    ([[0, 10, 1.0, [1.0]]], r"record kind 0 with a list payload is not known"),
+    ([[0, 10, 1.0]], r"a record must be \[0, step, wall_time, keyset, values\] or \[1, step, wall_time, rows\]"),
+    (["rec"], r"a record must be \[0, step, wall_time, keyset, values\]"),
+    ([[7, 10, 1.0, {"loss": 1.0}]], r"record kind 7 with 4 fields is not known"),
+    ([[0, 10, 1.0, [1.0]]], r"record kind 0 with 4 fields is not known"),
+    ([[0, 10, 1.0, 5, [1.0]]], r"metrics record at step 10 does not match its key set"),
+    ([[0, 10, 1.0, {"a": 1.0}], [0, 11, 1.0, 0, [1.0, 2.0]]], r"metrics record at step 11 does not match"),
+    ([[0, 10, 1.0, "0", [1.0]]], r"metrics record at step 10 does not match its key set"),
     ([[0, 10, 1.0, {"": 1.0}]], r"metric name must be 1 to 250 characters"),
     ([[0, 10, 1.0, {"lo\x1bss": 1.0}]], r"metric name 'lo\\x1bss' contains control character U\+001B"),
     ([[0, 10, 1.0, {"x" * 251: 1.0}]], r"metric name must be 1 to 250 characters, got 251"),
@@ -586,6 +590,21 @@ def test_wire_bad_records_for_a_stored_run_get_err_and_store_nothing(wire, recor
     reply = peer.ask(rec(seq, *records))
     assert reply is not None and reply["t"] == "err", reply
     assert re.search(why, reply["msg"]), reply["msg"]
+    assert stored_seq(proc.data, SEED) == seq - 1
+
+
+@pytest.mark.parametrize("keys, why", [
+    ([["a", "a"]], r"key set must be a list of distinct metric names"),
+    (["a"], r"key set must be a list of distinct metric names"),
+    ([[1]], r"metric name must be a string, not int"),
+    ({"a": 1}, r"needs keys of type list"),
+])
+def test_wire_bad_key_table_gets_err_and_stores_nothing(wire, keys, why):
+    proc, peer, _ = wire
+    seq = stored_seq(proc.data, SEED) + 1
+    msg = {**rec(seq, [0, 10, 1.0, 0, [1.0, 2.0]]), "keys": keys}
+    reply = peer.ask(msg)
+    assert reply is not None and reply["t"] == "err" and re.search(why, reply["msg"]), reply
     assert stored_seq(proc.data, SEED) == seq - 1
 
 

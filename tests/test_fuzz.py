@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import agent
 from agent.protocol import ProtocolError, decode
-from conftest import AgentProcess, finish, free_port, start_trainer
+from conftest import AgentProcess, encode_dict_records, finish, free_port, start_trainer
 
 INT64 = st.integers(-(2 ** 63), 2 ** 64 - 1)  # all msgpack can carry
 BASE_RUN = "fuzzbase1"
@@ -230,7 +230,7 @@ def shaped_strategies(target: Target) -> st.SearchStrategy:
             optional={"pid_started": st.one_of(st.none(), floats), "created": st.one_of(st.none(), floats)}),
         "rec": st.fixed_dictionaries(
             {"t": st.just("rec"), "run": run_ids, "rank": small, "seq": seqs, "floor": st.integers(0, 40),
-             "recs": st.lists(record, min_size=1, max_size=6)}),
+             "recs": st.lists(record, min_size=1, max_size=6)}).map(encode_metrics),
         "hb": st.fixed_dictionaries(
             {"t": st.just("hb"), "run": run_ids, "rank": small},
             optional={"step": INT64, "dropped_records": INT64, "dropped_points": INT64}),
@@ -250,11 +250,20 @@ def shaped_strategies(target: Target) -> st.SearchStrategy:
     }
     hostile_rec = st.fixed_dictionaries(
         {"t": st.just("rec"), "run": run_ids, "rank": small, "seq": seqs, "floor": st.integers(0, 40),
-         "recs": st.lists(st.one_of(record, hostile_record), min_size=1, max_size=6)})
+         "recs": st.lists(st.one_of(record, hostile_record), min_size=1, max_size=6)}).map(encode_metrics)
+    hostile_keys = hostile_rec.flatmap(lambda m: st.fixed_dictionaries(
+        {**{k: st.just(v) for k, v in m.items()},
+         "keys": st.one_of(st.just(m["keys"]), st.lists(st.lists(st.one_of(names, bad_names), max_size=3)), ANY)}))
     hostile_hello = valid["hello"].flatmap(lambda m: st.fixed_dictionaries(
         {**{k: st.just(v) for k, v in m.items()},
          "project": st.one_of(names, bad_names, ANY), "name": st.one_of(names, bad_names, ANY)}))
-    return st.one_of(*valid.values(), *(mutated(v) for v in valid.values()), hostile_rec, hostile_hello)
+    return st.one_of(*valid.values(), *(mutated(v) for v in valid.values()), hostile_rec, hostile_keys,
+                     hostile_hello)
+
+
+def encode_metrics(msg: dict) -> dict:
+    keys, recs = encode_dict_records(msg["recs"])
+    return {**msg, "keys": keys, "recs": recs}
 
 
 # --- the fuzz tests --------------------------------------------------------------------------

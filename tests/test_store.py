@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from agent.protocol import ProtocolError
+from agent.protocol import ProtocolError, encode_records, pack, unpack
 from agent.store import Store
 
 SPECIAL = [math.nan, math.inf, -math.inf, -0.0, 1e308, 5e-324, 0.1]
@@ -19,8 +19,8 @@ def bits(values) -> list[int]:
     return [struct.unpack("<Q", struct.pack("<d", v))[0] for v in values]
 
 
-def rec(step: int, **values: float) -> list:
-    return [0, step, 1000.0 + step, values]
+def rec(step: int, **values: float) -> tuple:
+    return (0, step, 1000.0 + step, tuple(values), list(values.values()))
 
 
 @pytest.fixture
@@ -32,9 +32,15 @@ def store(tmp_path):
     return s
 
 
+def wire(recs: list) -> tuple[list, list]:
+    """(keys, recs) as the agent receives them: encoded and through msgpack."""
+    keys, records = encode_records(recs)
+    return unpack(pack({"k": keys}))["k"], unpack(pack({"r": records}))["r"]
+
+
 def ingest(store: Store, seq: int, recs: list, floor: int | None = None):
     store.begin()
-    result = store.ingest("r1", 0, seq, floor or seq, recs, 0.0)
+    result = store.ingest("r1", 0, seq, floor or seq, *wire(recs), 0.0)
     store.commit()
     return result
 
@@ -104,7 +110,7 @@ def test_streams_survive_reopening(store, tmp_path):
     again = Store(tmp_path / "j.sqlite")
     assert again.max_seq[("r1", 0)] == 2
     again.begin()
-    assert again.ingest("r1", 0, 1, 1, [rec(0, x=0.0), rec(1, x=1.0)], 0.0).seq == 2  # a resend after restart
+    assert again.ingest("r1", 0, 1, 1, *wire([rec(0, x=0.0), rec(1, x=1.0)]), 0.0).seq == 2  # a resend after restart
     again.commit()
     assert again.series("r1", "x")[0].tolist() == [0, 1]
 

@@ -1,0 +1,22 @@
+"""Run every benchmark with its defaults, one after the other (about two minutes in all).
+
+    python benchmarks/run_all.py
+"""
+
+from __future__ import annotations
+
+import bench_log
+import bench_throughput
+
+
+def main() -> bool:
+    """True if every benchmark's own check (delivery, zero loss) passed."""
+    ok = True
+    for bench in (bench_log, bench_throughput):
+        print(f"\n=== {bench.__name__} ===\n", flush=True)
+        ok = bench.passed(bench.main([])) and ok
+    return ok
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if main() else 1)
