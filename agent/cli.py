@@ -10,11 +10,13 @@ import math
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from .client import AgentError, Client, entry_body, entry_points
 from .protocol import DEFAULT_URL, ENV_AGENT, KIND_EVENT, KIND_METRIC, check_url
+from .tuning import parse_assignment
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -84,7 +86,30 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("run", help="run id or unambiguous run name")
     e.add_argument("--format", choices=["csv", "jsonl"], default="csv")
     e.add_argument("-o", "--output", help="file to write (default: standard output)")
+
+    for name, text in (("pause", "pause a run at its next step boundary"), ("resume", "resume a paused run"),
+                       ("checkpoint", "ask a run to save a checkpoint now"),
+                       ("stop", "ask a run to stop at its next step boundary")):
+        c = reader(name, text, cmd_command)
+        c.add_argument("run", help="run id or unambiguous run name")
+        c.set_defaults(timeout=30.0)
+    c = reader("set", "change hyperparameters of a running run", cmd_command)
+    c.add_argument("run", help="run id or unambiguous run name")
+    c.add_argument("values", nargs="+", type=_assignment, metavar="KEY=VALUE")
+    c.add_argument("--at-step", type=int, help="apply at this step instead of the next one")
+    c.set_defaults(timeout=30.0)
+
+    ev = reader("events", "a run's audit trail: status, commands, acknowledgements, checkpoints", cmd_events)
+    ev.add_argument("run", help="run id or unambiguous run name")
+    ev.add_argument("--json", action="store_true", help="one JSON object per line")
     return p
+
+
+def _assignment(text: str) -> tuple[str, Any]:
+    try:
+        return parse_assignment(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # --- agent -------------------------------------------------------------------------------
@@ -180,6 +205,54 @@ def tail_lines(entries: list) -> Iterator[tuple[str, bool]]:
             body = entry_body(e)
             detail = " ".join(f"{k}={v}" for k, v in body.items() if k not in ("event", "time"))
             yield f"-- {body['event']}: {detail}", body.get("status") in ("finished", "crashed")
+
+
+# --- steering ----------------------------------------------------------------------------
+
+def cmd_command(args: argparse.Namespace) -> int:
+    values = dict(getattr(args, "values", None) or []) or None
+    with Client(args.agent, timeout=min(args.timeout, 5.0)) as client:
+        row = client.command(args.run, args.command, values=values, at_step=getattr(args, "at_step", None),
+                             wait=args.timeout)
+    state = row["state"]
+    if state in ("applied", "scheduled"):
+        print(f"{row['detail']} (run {row['run']}, command {row['cid']})")
+        return 0
+    if state == "rejected":
+        print(f"pilothouse: {args.command} rejected: {row['detail']}", file=sys.stderr)
+    else:
+        print(f"pilothouse: no acknowledgement within {args.timeout:g} s; the command stays queued "
+              f"(id {row['cid']}) and applies at the trainer's next sync: see `pilothouse events {args.run}`",
+              file=sys.stderr)
+    return EXIT_ERROR
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    with Client(args.agent, timeout=args.timeout) as client:
+        run = client.resolve(args.run)
+        for page in client.history(run, [KIND_EVENT]):
+            for e in page.entries:
+                body = entry_body(e)
+                print(json.dumps(body, default=str) if args.json else event_line(body))
+    return 0
+
+
+def event_line(body: dict) -> str:
+    """One readable line per audit event."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(body.get("time", 0)))
+    kind = body.get("event", "?")
+    if kind == "command":
+        who = body.get("who") or {}
+        extra = " ".join(f"{k}={v!r}" for k, v in (body.get("values") or {}).items())
+        at = f" at step {body['at_step']}" if body.get("at_step") is not None else ""
+        text = (f"{body.get('cmd')} {extra}{at} by {who.get('user', '?')}@{who.get('host', '?')} "
+                f"({who.get('client', '?')}) id={body.get('cid')}")
+    elif kind in ("ack", "checkpoint"):
+        step = "" if body.get("step") is None else f" at step {body['step']}"
+        text = f"{body.get('cmd')} {body.get('state')}{step}: {body.get('detail')} id={body.get('cid')}"
+    else:
+        text = " ".join(f"{k}={v}" for k, v in body.items() if k not in ("event", "time"))
+    return f"{when}  {kind:<10}  {text}"
 
 
 # --- export ------------------------------------------------------------------------------

@@ -8,8 +8,11 @@ cursor it processed and drops anything at or below it, so nothing is missed or d
 
 from __future__ import annotations
 
+import getpass
 import itertools
+import socket
 import time
+import uuid
 from collections import namedtuple
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -142,6 +145,28 @@ class Client:
         rows = [(e.steps, e.vals, e.times) for page in self.history(run, [KIND_METRIC])
                 for e in page.entries if e.metric == metric]
         return join_chunks(rows)
+
+    def command(self, run: str, cmd: str, values: dict[str, Any] | None = None, at_step: int | None = None,
+                wait: float = 30.0, who: dict[str, str] | None = None) -> dict:
+        """Send a command and wait up to ``wait`` s for the trainer's answer.
+
+        Returns the command's record; ``state`` is applied, rejected, scheduled, or
+        timeout (the command stays queued and applies at the trainer's next sync).
+        One id per call: retrying after a lost answer can never apply it twice."""
+        cid = uuid.uuid4().hex[:20]
+        args = {"cid": cid, "run": run, "cmd": cmd, "values": values, "at_step": at_step,
+                "who": who or {"user": getpass.getuser(), "host": socket.gethostname(), "client": "cli"}}
+        deadline = time.monotonic() + wait
+        row: dict | None = None
+        while time.monotonic() < deadline:
+            try:
+                row = self.request("command", **args) if row is None else self.request("command_status", cid=cid)
+            except AgentUnavailable:
+                continue  # the agent restarts or is busy: ask again with the same id
+            if row["state"] in ("applied", "rejected", "scheduled"):
+                return row
+            time.sleep(0.02)
+        return {**(row or {"cid": cid, "run": run, "cmd": cmd}), "state": "timeout"}
 
     # --- streaming -------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import msgpack
 import zmq
 
 from .protocol import REC_METRICS, ProtocolError, encode_records, pack, unpack
+from .steering import Helm
 
 log = logging.getLogger("pilothouse.outbox")
 
@@ -76,6 +77,10 @@ class Outbox:
         self._finish_sent_at = 0.0
         self._resend_timeout = resend_after
         self._need_hello = True  # before the first batch, and whenever the agent may have forgotten us
+        self.helm: Helm | None = None  # set by Run: where commands from the agent go
+        self._acks: collections.deque[dict] = collections.deque()  # from the training thread
+        self._answered: dict[str, dict] = {}  # cid -> ack, to answer a resent command again
+        self._taken: set[str] = set()  # cids handed to the helm and not answered yet
         self._finished = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pilothouse-outbox", daemon=True)
@@ -90,6 +95,10 @@ class Outbox:
         self._stop.set()
         self._thread.join(timeout=5)
         return delivered
+
+    def ack(self, answer: dict) -> None:
+        """Training thread: a command's outcome, sent by the I/O thread."""
+        self._acks.append(answer)
 
     def flush(self, timeout: float, target: int) -> bool:
         """Wait until records 1..``target`` are acknowledged (tests, checkpoints).
@@ -120,6 +129,7 @@ class Outbox:
                 if sock.poll(int(self.flush_interval * 1000), zmq.POLLIN):
                     self._read_replies()
                 self._drain_queue()
+                self._send_acks()
                 now = time.monotonic()
                 self._send_due(now)
                 if now >= next_hb:
@@ -196,6 +206,27 @@ class Outbox:
             self._finish_sent_at = now
             self._send_msg({**self._state("finish"), "seq": self._finish_seq, "status": "finished"})
 
+    def _send_acks(self) -> None:
+        while self._acks:
+            answer = self._acks.popleft()
+            cid = answer["cid"]
+            if cid is not None and answer["state"] != "scheduled":
+                self._answered[cid] = answer
+                self._taken.discard(cid)
+            self._send_msg({"t": "cack", "run": self.run, "rank": self.rank, **answer})
+
+    def _on_command(self, msg: dict) -> None:
+        """Exactly once: a command already answered is answered again, one in hand is ignored."""
+        cid = msg.get("cid")
+        if not isinstance(cid, str) or self.helm is None:
+            return
+        if cid in self._answered:
+            self._send_msg({"t": "cack", "run": self.run, "rank": self.rank, **self._answered[cid]})
+        elif cid not in self._taken:
+            self._taken.add(cid)
+            self.helm.inbox.append(msg)
+            self.helm.wake.set()
+
     def _floor(self) -> int:
         """The lowest seq still held: everything below was acknowledged or dropped."""
         return self._batches[0].seq if self._batches else self._next_seq
@@ -225,6 +256,7 @@ class Outbox:
         """Heartbeat and finish both carry the loss counters and the floor."""
         st = self.stats
         return {"t": kind, "run": self.run, "rank": self.rank, "step": self.last_step, "floor": self._floor(),
+                "paused": bool(self.helm and self.helm.paused),
                 "dropped_records": st.dropped_records, "dropped_points": st.dropped_points}
 
     def _read_replies(self) -> None:
@@ -255,6 +287,8 @@ class Outbox:
             self._acked(int(msg.get("seq", 0)))
         elif kind == "finished":
             self._finished.set()
+        elif kind == "cmd":
+            self._on_command(msg)
         elif kind == "err":
             self._error(str(msg.get("msg")))
 

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 import msgpack
 
+from .tuning import check_schema
+
 DEFAULT_PORT = 7766
 DEFAULT_URL = f"tcp://127.0.0.1:{DEFAULT_PORT}"
 ENV_AGENT = "PILOTHOUSE_AGENT"
@@ -40,6 +42,7 @@ KINDS = (KIND_METRIC, KIND_ROLLOUTS, KIND_EVENT)
 ENTRY_FIELDS = ("id", "run", "kind", "metric", "rank", "n", "steps", "vals", "times", "body")
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_COMMAND_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 SYSTEM_RUN_PREFIX = "sys-"  # the agent's own host/GPU sample runs; no trainer may use it
 INT64_MAX = (1 << 63) - 1
 MAX_CONFIG_DEPTH = 8
@@ -188,6 +191,8 @@ def _check_hello(msg: dict) -> None:
     _wrap(check_name, msg.get("host"), "host")
     _wrap(check_int, msg.get("pid"), "pid", 1)
     _wrap(check_config, msg.get("config"))
+    if "schema" in msg:
+        _wrap(check_schema, msg["schema"])
     for key in ("pid_started", "created"):
         value = msg.get(key)
         if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
@@ -213,11 +218,35 @@ def _check_hb(msg: dict) -> None:
     for key in ("floor", "dropped_records", "dropped_points"):
         if key in msg:
             _wrap(check_int, msg[key], key)
+    if "paused" in msg and type(msg["paused"]) is not bool:
+        raise ProtocolError("'paused' must be true or false")
 
 
 def _check_finish(msg: dict) -> None:
     _check_hb(msg)
     _wrap(check_int, msg.get("seq"), "'finish' seq")
+
+
+COMMANDS = ("pause", "resume", "set", "checkpoint", "stop")
+ACK_STATES = ("applied", "rejected", "scheduled")
+
+
+def _check_cack(msg: dict) -> None:
+    _check_hb(msg)
+    cid = msg.get("cid")
+    if cid is not None:
+        _wrap(check_command_id, cid)
+    if msg.get("cmd") not in COMMANDS or msg.get("state") not in ACK_STATES:
+        raise ProtocolError(f"'cack' needs cmd in {COMMANDS} and state in {ACK_STATES}")
+    _wrap(check_int, msg.get("step"), "'cack' step")
+    _need(msg, "detail", str)
+    _need(msg, "applied", dict)
+
+
+def check_command_id(cid: Any) -> str:
+    if not isinstance(cid, str) or not _COMMAND_ID.match(cid):
+        raise ValueError(f"command id must match {_COMMAND_ID.pattern}, got {str(cid)[:80]!r}")
+    return cid
 
 
 def _check_query(msg: dict) -> None:
@@ -254,6 +283,7 @@ INBOUND = {
     "rec": _check_rec,
     "hb": _check_hb,
     "finish": _check_finish,
+    "cack": _check_cack,
     "q": _check_query,
     "sub": _check_sub,
     "credit": _check_credit,

@@ -16,16 +16,19 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import psutil
 
 from . import launcher
+from .collective import Broadcaster, process_group
 from .outbox import Outbox
 from .protocol import (DEFAULT_URL, ENV_AGENT, INT64_MAX, REC_METRICS, REC_ROLLOUTS, check_config, check_int,
                        check_name, check_run_id, check_url)
+from .steering import NOTHING, Control, Helm
 from .store import check_rollouts
+from .tuning import build_schema
 
 log = logging.getLogger("pilothouse")
 
@@ -37,12 +40,24 @@ _MAX_ROLLOUT_TEXT = 16 << 20
 
 def init(project: str, name: str | None = None, config: Mapping[str, Any] | None = None,
          agent: str | None = None, *, id: str | None = None, rank: int | None = None,
-         buffer_mb: float = 256, heartbeat: float = 1.0) -> "Run":
-    """Start a run.  ``agent=None``: $PILOTHOUSE_AGENT, else the local agent (started if absent)."""
+         tunable: Mapping[str, Mapping[str, Any] | None] | None = None, frozen: Iterable[str] = (),
+         sync_every: int = 1, buffer_mb: float = 256, heartbeat: float = 1.0) -> "Run":
+    """Start a run.  ``agent=None``: $PILOTHOUSE_AGENT, else the local agent (started if absent).
+
+    In a torch.distributed job every rank calls this with the same arguments (it is a
+    collective): rank 0 picks the run id and receives commands, and ``sync`` shares
+    its decisions with one small broadcast every ``sync_every`` steps."""
     check_name(project, "project")
-    run_id = check_run_id(id or os.environ.get("PILOTHOUSE_RUN_ID") or _new_id())
-    name = run_id if name is None else check_name(name, "run name")
     cfg = check_config(dict(config or {}))
+    schema = build_schema(cfg, tunable, frozen)
+    check_int(sync_every, "sync_every", 1)
+    dist = process_group()
+    broadcaster = Broadcaster(dist) if dist is not None else None
+    run_id = check_run_id(id or os.environ.get("PILOTHOUSE_RUN_ID") or _new_id())
+    if broadcaster is not None:
+        run_id = broadcaster.share(run_id)
+        rank = broadcaster.rank
+    name = run_id if name is None else check_name(name, "run name")
     if rank is None:
         rank = int(os.environ.get("RANK", "0"))
     check_int(rank, "rank")
@@ -54,13 +69,14 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
         url = check_url(DEFAULT_URL)
         launcher.ensure_local_agent(url)
     check_url(url)
-    return Run(url, project=project, name=name, config=cfg, run_id=run_id, rank=rank,
-               buffer_bytes=int(buffer_mb * (1 << 20)), heartbeat=heartbeat)
+    return Run(url, project=project, name=name, config=cfg, schema=schema, run_id=run_id, rank=rank,
+               broadcaster=broadcaster, sync_every=sync_every, buffer_bytes=int(buffer_mb * (1 << 20)),
+               heartbeat=heartbeat)
 
 
 class Run:
-    def __init__(self, url: str, *, project: str, name: str, config: dict, run_id: str, rank: int,
-                 buffer_bytes: int, heartbeat: float):
+    def __init__(self, url: str, *, project: str, name: str, config: dict, schema: dict, run_id: str,
+                 rank: int, broadcaster: Broadcaster | None, sync_every: int, buffer_bytes: int, heartbeat: float):
         self.id = run_id
         self.project = project
         self.name = name
@@ -74,9 +90,13 @@ class Run:
         self._closed = False
         self._lock = threading.Lock()
         hello = {"run": run_id, "rank": rank, "project": project, "name": name, "config": config,
-                 "host": socket.gethostname(), "pid": os.getpid(),
+                 "schema": schema, "host": socket.gethostname(), "pid": os.getpid(),
                  "pid_started": psutil.Process().create_time(), "created": time.time()}
+        self._broadcaster = broadcaster
+        self._sync_every = sync_every
         self._outbox = Outbox(url, hello, max_buffer_bytes=buffer_bytes, heartbeat_interval=heartbeat)
+        self._helm = Helm(self._config, schema, self._outbox.ack if rank == 0 else None)
+        self._outbox.helm = self._helm
         self._queue = self._outbox.queue
         _OPEN_RUNS.add(self)
 
@@ -113,6 +133,43 @@ class Run:
             raise ValueError(f"rollouts for step {step} hold {size} characters; split them (limit {_MAX_ROLLOUT_TEXT})")
         self._queue.append((REC_ROLLOUTS, self._next_step(step, advance=False), time.time(), clean))
         self._records += 1
+
+    def sync(self, step: int | None = None) -> Control:
+        """A step boundary: apply what was asked (pause blocks here), say what the loop must do.
+
+        Microseconds when nothing is pending; in a multi-rank job, one small broadcast
+        every ``sync_every`` steps so all ranks act at the same step."""
+        helm = self._helm
+        bcast = self._broadcaster
+        if bcast is None:
+            if helm.idle():
+                return NOTHING
+            step = self._sync_step(step)
+            helm.expire_checkpoints(step)
+            ctl = helm.apply(helm.take(), step)
+            return helm.hold(ctl, lambda: helm.take(wait=0.2), step)
+        step = self._sync_step(step)
+        if step % self._sync_every:
+            return NOTHING
+        helm.expire_checkpoints(step)
+        ctl = helm.apply(bcast.share(helm.take() if self.rank == 0 else None) or [], step)
+        return helm.hold(ctl, lambda: bcast.share(helm.take(wait=0.2) if self.rank == 0 else None) or [], step)
+
+    def on_change(self, callback: Callable[[dict[str, Any]], dict | None]) -> None:
+        """Call ``callback(changes)`` on the training thread whenever hyperparameters change;
+        a returned dict says what was really applied and is shown in the acknowledgement."""
+        self._helm.callbacks.append(callback)
+
+    def checkpoint_saved(self, path: str, step: int | None = None) -> None:
+        """Answer a checkpoint request (or record a checkpoint the loop took by itself)."""
+        self._helm.saved(str(path), self._sync_step(step))
+
+    @property
+    def paused(self) -> bool:
+        return self._helm.paused
+
+    def _sync_step(self, step: Any) -> int:
+        return max(self._step, 0) if step is None else self._next_step(step, advance=False)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until the agent acknowledged everything logged so far."""

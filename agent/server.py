@@ -23,10 +23,11 @@ import psutil
 import zmq
 
 from . import __version__
-from .protocol import (KINDS, MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, SYSTEM_RUN_PREFIX, ProtocolError, check_int,
-                       check_url, decode, is_loopback, pack)
+from .protocol import (COMMANDS, KINDS, MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, SYSTEM_RUN_PREFIX, ProtocolError,
+                       check_command_id, check_int, check_url, decode, is_loopback, pack)
 from .sampler import SystemSampler
 from .store import Store
+from .tuning import validate_changes
 
 log = logging.getLogger("pilothouse.agent")
 
@@ -89,6 +90,8 @@ class Agent:
         self.readers: dict[bytes, Reader] = {}
         self.live: dict[str, Liveness] = {}
         self.bad_frames = 0
+        self.trainers: dict[str, bytes] = {}  # run -> rank 0's connection, where commands go
+        self._cmd_sent: dict[str, float] = {}  # cid -> when it last went to the trainer
         self._acks: dict[tuple[bytes, str, int], int] = {}
         self._replies: list[tuple[bytes, dict]] = []
         self._pending_empty: set[bytes] = set()  # readers owed an answer to their "sub"
@@ -96,6 +99,7 @@ class Agent:
         self._system_run = self._register_system_run()
         self._ops: dict[str, Callable[[dict], Any]] = {
             "ping": self._op_ping, "runs": self._op_runs, "resolve": self._op_resolve, "read": self._op_read,
+            "command": self._op_command, "command_status": self._op_command_status,
         }
         self._restore_liveness()
 
@@ -217,6 +221,8 @@ class Agent:
             self._on_hello(ident, msg, now)
         elif kind == "finish":
             self._on_finish(ident, msg, now)
+        elif kind == "cack":
+            self._on_command_ack(ident, msg, now)
         elif kind == "q":
             self._on_query(ident, msg)
         elif kind == "sub":
@@ -234,6 +240,22 @@ class Agent:
 
     # --- trainers -----------------------------------------------------------------------
 
+    def _trainer_seen(self, ident: bytes, run: str, rank: int) -> None:
+        """Rank 0's latest connection receives the run's commands; open ones are (re)sent."""
+        if rank != 0:
+            return
+        self.trainers[run] = ident
+        now = time.monotonic()
+        for cmd in self.store.open_commands(run):
+            if cmd["state"] == "pending" and now - self._cmd_sent.get(cmd["cid"], 0.0) > 1.0:
+                self._forward(cmd)
+
+    def _forward(self, cmd: dict) -> None:
+        ident = self.trainers.get(cmd["run"])
+        if ident is not None:
+            self._cmd_sent[cmd["cid"]] = time.monotonic()
+            self._replies.append((ident, {"t": "cmd", "cid": cmd["cid"], "cmd": cmd["cmd"], **cmd["args"]}))
+
     def _on_hello(self, ident: bytes, msg: dict, now: float) -> None:
         before = self.store.upsert_run(msg, now)
         if before in ("finished", "crashed", "stale"):
@@ -243,6 +265,7 @@ class Agent:
             self._alive(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"))
         seq = self.store.max_seq.get((msg["run"], msg["rank"]), 0)
         self._replies.append((ident, {"t": "welcome", "run": msg["run"], "rank": msg["rank"], "seq": seq}))
+        self._trainer_seen(ident, msg["run"], msg["rank"])
 
     def _on_records(self, ident: bytes, msg: dict, now: float) -> None:
         run, rank = msg["run"], msg["rank"]
@@ -257,6 +280,8 @@ class Agent:
         else:
             self._acks[(ident, run, rank)] = result.seq
         self._heard(run, now)
+        if rank == 0:
+            self.trainers[run] = ident
 
     def _on_heartbeat(self, ident: bytes, msg: dict, now: float) -> None:
         run = msg["run"]
@@ -266,6 +291,17 @@ class Agent:
             return
         self._note_state(msg, now)
         self._heard(run, now)
+        self._trainer_seen(ident, run, msg["rank"])
+        live = self.live.get(run)
+        paused = msg.get("paused", False)
+        if live is not None and live.status in ("running", "paused") and (live.status == "paused") != paused:
+            self._set_live_status(run, "paused" if paused else "running", now, "heartbeat")
+
+    def _set_live_status(self, run: str, status: str, now: float, reason: str) -> None:
+        live = self.live.get(run)
+        if live is not None:
+            live.status = status
+        self.store.set_status(run, status, now, reason=reason)
 
     def _note_state(self, msg: dict, now: float) -> int:
         """Loss counters and floor from a heartbeat or finish; returns the committed seq."""
@@ -284,7 +320,32 @@ class Agent:
             self.store.set_status(run, "finished", now)
             if live is not None:
                 live.status = "finished"
+            self._close_commands(run, "the run finished before applying it", now)
         self._replies.append((ident, {"t": "finished", "run": run, "rank": rank}))
+
+    def _on_command_ack(self, ident: bytes, msg: dict, now: float) -> None:
+        run, cid = msg["run"], msg["cid"]
+        if not self.store.has_run(run):
+            return
+        answer = {k: msg[k] for k in ("cid", "cmd", "state", "step", "detail", "applied")}
+        if cid is None:  # the loop saved a checkpoint on its own
+            self.store.event(run, "checkpoint", answer)
+            return
+        row = self.store.command(cid)
+        if row is None or row["run"] != run or row["state"] not in ("pending", "scheduled"):
+            return  # unknown, or a repeated answer: recorded once
+        if row["state"] == "scheduled" and msg["state"] == "scheduled":
+            return
+        self.store.answer_command(cid, msg["state"], msg["step"], msg["detail"], msg["applied"], now)
+        self.store.event(run, "ack", answer)
+        if msg["state"] == "applied":
+            if msg["cmd"] == "set":
+                self.store.update_config(run, msg["applied"])
+            elif msg["cmd"] in ("pause", "resume"):
+                self._set_live_status(run, "paused" if msg["cmd"] == "pause" else "running", now,
+                                      f"{msg['cmd']} command {cid}")
+            elif msg["cmd"] == "checkpoint":
+                self.store.event(run, "checkpoint", answer)
 
     def _alive(self, run: str, host: str, pid: int, pid_started: float | None) -> None:
         self.live[run] = Liveness(host, pid, pid_started, time.time())
@@ -303,14 +364,21 @@ class Agent:
         """After a restart, runs that were running get the usual grace period, not a verdict."""
         now = time.time()
         for row in self.store.db.query("SELECT id, host, pid, pid_started, status FROM runs "
-                                       "WHERE status IN ('running', 'stale') AND kind='train'"):
+                                       "WHERE status IN ('running', 'paused', 'stale') AND kind='train'"):
             self.live[row["id"]] = Liveness(row["host"], row["pid"], row["pid_started"], now, row["status"])
+
+    def _close_commands(self, run: str, why: str, now: float) -> None:
+        """A run that ended answers nothing more: its open commands are rejected, visibly."""
+        for cmd in self.store.open_commands(run):
+            self.store.answer_command(cmd["cid"], "rejected", None, why, {}, now)
+            self.store.event(run, "ack", {"cid": cmd["cid"], "cmd": cmd["cmd"], "state": "rejected", "step": None,
+                                          "detail": why, "applied": {}})
 
     def _check_liveness(self) -> None:
         now = time.time()
         changed = []
         for run, live in self.live.items():
-            if live.status not in ("running", "stale") or now - live.seen < self.stale_after:
+            if live.status not in ("running", "paused", "stale") or now - live.seen < self.stale_after:
                 continue
             verdict = "crashed" if self._process_gone(live) else "stale"
             if verdict != live.status:
@@ -321,6 +389,8 @@ class Agent:
             self.store.begin()
             for run, verdict, silent in changed:
                 self.store.set_status(run, verdict, now, reason=f"no heartbeat for {silent:.1f} s")
+                if verdict == "crashed":
+                    self._close_commands(run, "the trainer crashed before applying it", now)
             self._feed_readers(head_before, self.store.commit())
 
     def _process_gone(self, live: Liveness) -> bool:
@@ -427,6 +497,57 @@ class Agent:
     def _op_resolve(self, args: dict) -> str:
         return self.store.resolve(_arg(args, "ref", str))
 
+    def _op_command(self, args: dict) -> dict:
+        """Validate, record and forward a command; a known id returns its state (retries are safe)."""
+        cid = check_command_id(args.get("cid"))
+        known = self.store.command(cid)
+        if known is not None:
+            return known
+        cmd = args.get("cmd")
+        if cmd not in COMMANDS:
+            raise ValueError(f"unknown command {str(cmd)[:40]!r}; one of {', '.join(COMMANDS)}")
+        run = self.store.resolve(_arg(args, "run", str))
+        who = _who(args.get("who"))
+        at_step = args.get("at_step")
+        if at_step is not None:
+            check_int(at_step, "at_step")
+        fwd: dict[str, Any] = {"at_step": at_step} if at_step is not None else {}
+        reason = self._refusal(run, cmd, args.get("values"), fwd, at_step)
+        now = time.time()
+        self.store.add_command(cid, run, cmd, fwd, who, now)
+        asked = {"values": args["values"]} if isinstance(args.get("values"), dict) else {}
+        self.store.event(run, "command", {"cid": cid, "cmd": cmd, **asked, **fwd, "who": who})
+        if reason is not None:
+            answer = {"cid": cid, "cmd": cmd, "state": "rejected", "step": None, "detail": reason, "applied": {}}
+            self.store.answer_command(cid, "rejected", None, reason, {}, now)
+            self.store.event(run, "ack", answer)
+        else:
+            self._forward(self.store.command(cid))
+        return self.store.command(cid)
+
+    def _refusal(self, run: str, cmd: str, values: Any, fwd: dict, at_step: Any) -> str | None:
+        """Why the agent refuses a command before it reaches the trainer, or None."""
+        row = self.store.run_row(run)
+        live = self.live.get(run)
+        status = live.status if live is not None else row["status"]
+        if row["kind"] != "train" or status not in ("running", "paused", "stale"):
+            return f"run {run} is {status}: only a running run can be steered"
+        if at_step is not None and cmd != "set":
+            return "--at-step applies to set only"
+        if cmd == "set":
+            _, schema = self.store.config_and_schema(run)
+            try:
+                fwd["values"] = validate_changes(schema, values)
+            except ValueError as exc:
+                return str(exc)
+        return None
+
+    def _op_command_status(self, args: dict) -> dict:
+        row = self.store.command(check_command_id(args.get("cid")))
+        if row is None:
+            raise LookupError(f"no command with id {args.get('cid')!r}")
+        return row
+
     def _op_read(self, args: dict) -> dict:
         after = check_int(_arg(args, "after", int), "after")
         run = args.get("run")
@@ -435,6 +556,13 @@ class Agent:
         limit = min(_arg(args, "limit_points", int, MAX_PAGE_POINTS), MAX_PAGE_POINTS)
         entries, cursor = self.store.read(after, run=run, kinds=_kinds(args.get("kinds")), limit_points=limit)
         return {"entries": entries, "cursor": cursor}
+
+
+def _who(value: Any) -> dict[str, str]:
+    """Who sent a command, as the client says (CurveZMQ identities come with remote access)."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: str(v)[:100] for k, v in value.items() if k in ("user", "host", "client") and isinstance(v, str)}
 
 
 def _wanted(reader: Reader, entry: tuple) -> bool:

@@ -73,8 +73,13 @@ class Store:
             "id": str, "project": str, "name": str, "kind": str, "host": str, "pid": int,
             "pid_started": float, "config": bytes, "created": float, "status": str, "last_seen": float,
             "ended": float, "last_step": int, "summary": bytes, "dropped_records": int,
-            "dropped_points": int, "lost_records": int,
+            "dropped_points": int, "lost_records": int, "schema": bytes,
         }, pk="id", if_not_exists=True)
+        db["commands"].create({
+            "cid": str, "run": str, "cmd": str, "args": bytes, "who": bytes, "sent": float, "state": str,
+            "step": int, "detail": str, "applied": bytes, "updated": float,
+        }, pk="cid", if_not_exists=True)
+        db["commands"].create_index(["run", "state"], if_not_exists=True)
         db["streams"].create({"run": str, "rank": int, "max_seq": int}, pk=("run", "rank"),
                              if_not_exists=True)
         db["journal"].create({
@@ -129,15 +134,16 @@ class Store:
         row = self.db.execute("SELECT status, pid, pid_started FROM runs WHERE id=?", [run_id]).fetchone()
         if row is None:
             self.db.execute(
-                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, config, summary) "
-                f"VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 2))})",
+                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, config, summary, schema) "
+                f"VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 3))})",
                 [run_id, hello["project"], hello["name"], kind, hello["host"], hello["pid"],
                  hello.get("pid_started"), hello.get("created", now), "running", now, None, None,
-                 0, 0, 0, _packb(hello["config"]), _packb({})])
+                 0, 0, 0, _packb(hello["config"]), _packb({}), _packb(hello.get("schema", {}))])
             self.event(run_id, "status", {"status": "running", "host": hello["host"], "pid": hello["pid"]})
         else:
-            self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=? WHERE id=?",
-                            [hello["host"], hello["pid"], hello.get("pid_started"), now, run_id])
+            self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=?, schema=? WHERE id=?",
+                            [hello["host"], hello["pid"], hello.get("pid_started"), now,
+                             _packb(hello.get("schema", {})), run_id])
             if (row[1], row[2]) != (hello["pid"], hello.get("pid_started")):
                 return row[0]
         return None
@@ -145,6 +151,38 @@ class Store:
     def run_row(self, run_id: str) -> dict | None:
         rows = list(self.db.query("SELECT * FROM runs WHERE id=?", [run_id]))
         return rows[0] if rows else None
+
+    def config_and_schema(self, run_id: str) -> tuple[dict, dict]:
+        row = self.db.execute("SELECT config, schema FROM runs WHERE id=?", [run_id]).fetchone()
+        return _unpackb(row[0]) or {}, _unpackb(row[1]) or {}
+
+    def update_config(self, run_id: str, values: dict) -> None:
+        config, _ = self.config_and_schema(run_id)
+        self.db.execute("UPDATE runs SET config=? WHERE id=?", [_packb({**config, **values}), run_id])
+
+    # --- commands (the audit trail lives in the journal as events) ------------------------
+
+    def add_command(self, cid: str, run: str, cmd: str, args: dict, who: dict, now: float) -> None:
+        self.db.execute("INSERT INTO commands VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        [cid, run, cmd, _packb(args), _packb(who), now, "pending", None, "", _packb({}), now])
+
+    def command(self, cid: str) -> dict | None:
+        rows = list(self.db.query("SELECT * FROM commands WHERE cid=?", [cid]))
+        if not rows:
+            return None
+        row = rows[0]
+        for key in ("args", "who", "applied"):
+            row[key] = _unpackb(row[key])
+        return row
+
+    def open_commands(self, run: str) -> list[dict]:
+        """Sent to the trainer but not yet answered for good (scheduled ones still count)."""
+        return [self.command(cid) for (cid,) in self.db.execute(
+            "SELECT cid FROM commands WHERE run=? AND state IN ('pending', 'scheduled') ORDER BY sent", [run])]
+
+    def answer_command(self, cid: str, state: str, step: int, detail: str, applied: dict, now: float) -> None:
+        self.db.execute("UPDATE commands SET state=?, step=?, detail=?, applied=?, updated=? WHERE cid=?",
+                        [state, step, detail, _packb(applied), now, cid])
 
     def has_run(self, run_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM runs WHERE id=?", [run_id]).fetchone() is not None
@@ -161,8 +199,10 @@ class Store:
 
     def runs(self) -> list[dict]:
         out = []
-        for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, summary FROM runs ORDER BY created"):
+        for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, summary, schema FROM runs "
+                                 "ORDER BY created"):
             row["config"] = _unpackb(row["config"])
+            row["schema"] = _unpackb(row["schema"]) or {}
             row["summary"] = self.summaries.get(row["id"]) or _unpackb(row["summary"]) or {}
             out.append(row)
         return out

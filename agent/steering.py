@@ -1,0 +1,137 @@
+"""Commands from the agent, applied on the training thread at step boundaries.
+
+The outbox thread drops commands into ``Helm.inbox``; ``Run.sync`` takes them at a step
+boundary and applies them here.  In a multi-rank job every rank applies the same list
+at the same step (rank 0 takes, a broadcast shares), so the state below stays identical
+on all ranks; only rank 0 acknowledges.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .tuning import validate_changes
+
+Ack = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Control:
+    """What the training loop must do after ``run.sync``."""
+
+    checkpoint: bool = False
+    stop: bool = False
+    changes: Mapping[str, Any] = field(default_factory=lambda: types.MappingProxyType({}))
+
+
+NOTHING = Control()
+
+
+class Helm:
+    def __init__(self, config: dict[str, Any], schema: dict[str, dict], ack: Ack | None):
+        self.config = config
+        self.schema = schema
+        self.inbox: collections.deque[dict] = collections.deque()
+        self.wake = threading.Event()
+        self.paused = False
+        self.scheduled: list[tuple[int, dict]] = []
+        self.checkpoints: list[tuple[str, int]] = []  # requests (cid, step) not yet answered
+        self.callbacks: list[Callable[[dict[str, Any]], dict | None]] = []
+        self._ack = ack
+
+    def idle(self) -> bool:
+        return not (self.inbox or self.scheduled or self.paused or self.checkpoints)
+
+    def take(self, wait: float = 0.0) -> list[dict]:
+        """Rank 0: the commands to apply now (waiting up to ``wait`` s for one while paused)."""
+        if wait and not self.inbox:
+            self.wake.wait(wait)
+        self.wake.clear()
+        taken = []
+        while self.inbox:
+            taken.append(self.inbox.popleft())
+        return taken
+
+    def expire_checkpoints(self, step: int) -> None:
+        """At the next sync, a request the training code did not answer gets a clear rejection."""
+        for cid, asked_at in self.checkpoints:
+            self.ack(cid, "checkpoint", "rejected", step, f"checkpoint asked at step {asked_at} was not saved by "
+                     "the training code (call agent.torch.save_checkpoint or run.checkpoint_saved)")
+        self.checkpoints.clear()
+
+    def apply(self, commands: list[dict], step: int) -> Control:
+        """Apply commands in order.  While paused, a checkpoint waits for the resume: nothing
+        may run in between, and the request is answered when the loop saves."""
+        stop = checkpoint = False
+        changes: dict[str, Any] = {}
+        for cmd in commands:
+            kind, cid = cmd["cmd"], cmd["cid"]
+            if kind == "pause":
+                self.ack(cid, kind, "applied", step, f"paused at step {step}" if not self.paused else "already paused")
+                self.paused = True
+            elif kind == "resume":
+                self.ack(cid, kind, "applied", step, f"resumed at step {step}" if self.paused else "was not paused")
+                self.paused = False
+            elif kind == "stop":
+                stop = True
+                self.paused = False  # a paused run must get out of sync() to stop
+                self.ack(cid, kind, "applied", step, f"stopping at step {step}")
+            elif kind == "checkpoint":
+                checkpoint = True
+                self.checkpoints.append((cid, step))
+            elif kind != "set":
+                self.ack(cid, str(kind), "rejected", step, f"unknown command {str(kind)[:40]!r}")
+            else:
+                at = cmd.get("at_step")
+                if at is not None and at > step:
+                    self.scheduled.append((at, cmd))
+                    self.ack(cid, kind, "scheduled", step, f"scheduled for step {at}")
+                else:
+                    changes.update(self._set(cmd, step))
+        for at, cmd in [s for s in self.scheduled if s[0] <= step]:
+            self.scheduled.remove((at, cmd))
+            changes.update(self._set(cmd, step))
+        if not (stop or checkpoint or changes):
+            return NOTHING
+        return Control(checkpoint, stop, types.MappingProxyType(changes))
+
+    def hold(self, first: Control, take: Callable[[], list[dict]], step: int) -> Control:
+        """Block while paused, applying what arrives; returns everything asked meanwhile."""
+        ctl = first
+        while self.paused:
+            more = self.apply(take(), step)
+            if more is not NOTHING:
+                ctl = Control(ctl.checkpoint or more.checkpoint, ctl.stop or more.stop,
+                              types.MappingProxyType({**ctl.changes, **more.changes}))
+        return ctl
+
+    def _set(self, cmd: dict, step: int) -> dict[str, Any]:
+        try:
+            values = validate_changes(self.schema, cmd.get("values"))
+        except ValueError as exc:
+            self.ack(cmd["cid"], "set", "rejected", step, str(exc))
+            return {}
+        self.config.update(values)
+        applied = dict(values)
+        for callback in self.callbacks:
+            applied.update(callback(dict(values)) or {})
+        text = " ".join(f"{k}={v!r}" for k, v in applied.items())
+        self.ack(cmd["cid"], "set", "applied", step, f"{text} applied at step {step}", applied)
+        return values
+
+    def saved(self, path: str, step: int) -> None:
+        """The training code saved a checkpoint: answer every open request with its path."""
+        requests, self.checkpoints = self.checkpoints or [(None, step)], []
+        for cid, _ in requests:
+            self.ack(cid, "checkpoint", "applied", step, f"checkpoint saved at step {step}: {path}", {"path": path})
+
+    def ack(self, cid: str | None, cmd: str, state: str, step: int, detail: str,
+            applied: dict[str, Any] | None = None) -> None:
+        if self._ack is not None:
+            self._ack({"cid": cid, "cmd": cmd, "state": state, "step": step, "detail": detail,
+                       "applied": applied or {}})

@@ -1,0 +1,113 @@
+"""Which hyperparameters may change while a run trains, and what values they accept.
+
+The schema travels in the trainer's hello, so the agent rejects a bad change before it
+reaches the trainer; the trainer checks again with the same code.  Every top-level
+scalar of ``config`` is tunable with its type kept (an int stays an int, a float also
+accepts an int), unless ``tunable=`` names the tunable keys (with min/max/choices) or
+``frozen=`` excludes some.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
+_SPEC_KEYS = {"min", "max", "choices"}
+
+
+def build_schema(config: Mapping[str, Any], tunable: Mapping[str, Mapping[str, Any] | None] | None = None,
+                 frozen: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+    """{key: {"type": ..., "min"?, "max"?, "choices"?}} for every key that may change."""
+    frozen = set(frozen)
+    unknown = (set(tunable or {}) | frozen) - set(config)
+    if unknown:
+        raise ValueError(f"tunable/frozen name keys that are not in config: {sorted(unknown)}")
+    keys = list(tunable) if tunable is not None else list(config)
+    schema = {}
+    for key in keys:
+        value = config[key]
+        kind = _TYPES.get(type(value))
+        if key in frozen or kind is None:  # nested lists/dicts and None stay as they are
+            continue
+        spec: dict[str, Any] = {"type": kind}
+        extra = dict((tunable or {}).get(key) or {})
+        if set(extra) - _SPEC_KEYS:
+            raise ValueError(f"tunable[{key!r}] accepts only {sorted(_SPEC_KEYS)}, got {sorted(extra)}")
+        for bound in ("min", "max"):
+            if bound in extra:
+                if kind not in ("int", "float") or not _is_number(extra[bound]):
+                    raise ValueError(f"tunable[{key!r}][{bound!r}] needs a numeric hyperparameter and a number")
+                spec[bound] = extra[bound]
+        if "choices" in extra:
+            spec["choices"] = [coerce(key, c, {"type": kind}) for c in extra["choices"]]
+        coerce(key, value, spec)  # the starting value itself must be allowed
+        schema[key] = spec
+    return schema
+
+
+def check_schema(schema: Any) -> dict[str, dict[str, Any]]:
+    """The agent's check of a schema received from the wire."""
+    if not isinstance(schema, dict):
+        raise ValueError("schema must be a map")
+    for key, spec in schema.items():
+        if not isinstance(key, str) or not isinstance(spec, dict) or spec.get("type") not in _TYPES.values():
+            raise ValueError(f"schema entry {str(key)[:40]!r} is malformed")
+        for bound in ("min", "max"):
+            if bound in spec and not _is_number(spec[bound]):
+                raise ValueError(f"schema entry {key!r} has a non-numeric {bound}")
+        if "choices" in spec and not isinstance(spec["choices"], list):
+            raise ValueError(f"schema entry {key!r} has malformed choices")
+    return schema
+
+
+def validate_changes(schema: Mapping[str, Mapping[str, Any]], changes: Any) -> dict[str, Any]:
+    """Coerced values, or ValueError naming the first problem; all or nothing."""
+    if not isinstance(changes, dict) or not changes:
+        raise ValueError("a change needs at least one key=value")
+    return {key: coerce(key, value, _spec(schema, key)) for key, value in changes.items()}
+
+
+def _spec(schema: Mapping[str, Mapping[str, Any]], key: Any) -> Mapping[str, Any]:
+    spec = schema.get(key) if isinstance(key, str) else None
+    if spec is None:
+        tunable = ", ".join(sorted(schema)) or "none"
+        raise ValueError(f"{str(key)[:60]!r} is not a tunable hyperparameter of this run (tunable: {tunable})")
+    return spec
+
+
+def coerce(key: str, value: Any, spec: Mapping[str, Any]) -> Any:
+    kind = spec["type"]
+    if kind == "float" and type(value) in (int, float):
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"{key} must be finite, got {value}")
+    elif kind == "int" and type(value) is not int or kind == "bool" and type(value) is not bool \
+            or kind == "str" and type(value) is not str or kind == "float":
+        raise ValueError(f"{key} must be {kind}, got {type(value).__name__} {str(value)[:40]!r}")
+    if "min" in spec and value < spec["min"] or "max" in spec and value > spec["max"]:
+        raise ValueError(f"{key}={value} is out of range [{spec.get('min', '-inf')}, {spec.get('max', 'inf')}]")
+    if "choices" in spec and value not in spec["choices"]:
+        raise ValueError(f"{key}={value!r} is not one of {spec['choices']}")
+    return value
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """CLI ``key=value``: an int, a float, true/false, or else the text itself."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"expected key=value, got {text!r}")
+    low = raw.lower()
+    if low in ("true", "false"):
+        return key, low == "true"
+    for kind in (int, float):
+        try:
+            return key, kind(raw)
+        except ValueError:
+            continue
+    return key, raw
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
