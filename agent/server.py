@@ -316,7 +316,7 @@ class Agent:
                                           "reason": "hello" if not self.store.has_run(run) else "gap"}))
             return
         live = self.live.get(run)
-        if live is None or live.status != "finished":
+        if rank == 0 and (live is None or live.status != "finished"):  # the run ends with rank 0
             self.store.set_status(run, "finished", now)
             if live is not None:
                 live.status = "finished"

@@ -140,7 +140,7 @@ class Store:
                  hello.get("pid_started"), hello.get("created", now), "running", now, None, None,
                  0, 0, 0, _packb(hello["config"]), _packb({}), _packb(hello.get("schema", {}))])
             self.event(run_id, "status", {"status": "running", "host": hello["host"], "pid": hello["pid"]})
-        else:
+        elif hello.get("rank", 0) == 0:  # the run's process, as far as liveness goes, is rank 0's
             self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=?, schema=? WHERE id=?",
                             [hello["host"], hello["pid"], hello.get("pid_started"), now,
                              _packb(hello.get("schema", {})), run_id])
