@@ -165,7 +165,7 @@ class Client:
                 continue  # the agent restarts or is busy: ask again with the same id
             if row["state"] in ("applied", "rejected", "scheduled"):
                 return row
-            time.sleep(0.02)
+            time.sleep(0.005)
         return {**(row or {"cid": cid, "run": run, "cmd": cmd}), "state": "timeout"}
 
     # --- streaming -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -81,6 +82,8 @@ class Outbox:
         self._acks: collections.deque[dict] = collections.deque()  # from the training thread
         self._answered: dict[str, dict] = {}  # cid -> ack, to answer a resent command again
         self._taken: set[str] = set()  # cids handed to the helm and not answered yet
+        self._wake_r, self._wake_w = os.pipe()  # lets ack() interrupt the I/O thread's poll
+        os.set_blocking(self._wake_w, False)
         self._finished = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pilothouse-outbox", daemon=True)
@@ -94,11 +97,20 @@ class Outbox:
         delivered = self._finished.wait(timeout)
         self._stop.set()
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_w = -1
         return delivered
 
     def ack(self, answer: dict) -> None:
-        """Training thread: a command's outcome, sent by the I/O thread."""
+        """Training thread: a command's outcome, sent by the I/O thread at once (it is woken)."""
         self._acks.append(answer)
+        if self._wake_w >= 0:
+            try:
+                os.write(self._wake_w, b"!")
+            except BlockingIOError:  # the pipe is full of wake-ups already
+                pass
 
     def flush(self, timeout: float, target: int) -> bool:
         """Wait until records 1..``target`` are acknowledged (tests, checkpoints).
@@ -123,10 +135,16 @@ class Outbox:
         sock.setsockopt(zmq.SNDHWM, 64)
         sock.connect(self.url)
         self._sock = sock
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
         next_hb = 0.0
         try:
             while not self._stop.is_set():
-                if sock.poll(int(self.flush_interval * 1000), zmq.POLLIN):
+                ready = dict(poller.poll(int(self.flush_interval * 1000)))
+                if self._wake_r in ready:
+                    os.read(self._wake_r, 4096)
+                if sock in ready:
                     self._read_replies()
                 self._drain_queue()
                 self._send_acks()

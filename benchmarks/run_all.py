@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import bench_log
 import bench_store
+import bench_sync
 import bench_throughput
 
 
 def main() -> bool:
     """True if every benchmark's own check (delivery, zero loss) passed."""
     ok = True
-    for bench in (bench_log, bench_throughput, bench_store):
+    for bench in (bench_log, bench_throughput, bench_store, bench_sync):
         print(f"\n=== {bench.__name__} ===\n", flush=True)
         ok = bench.passed(bench.main([])) and ok
     return ok
