@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agent
-from agent.protocol import ProtocolError, decode
+from agent.protocol import INBOUND, ProtocolError, decode
 from conftest import AgentProcess, encode_dict_records, finish, free_port, start_trainer
 
 INT64 = st.integers(-(2 ** 63), 2 ** 64 - 1)  # all msgpack can carry
@@ -247,6 +247,12 @@ def shaped_strategies(target: Target) -> st.SearchStrategy:
             optional={"run": st.one_of(run_ids, st.just(BASE_RUN), st.none()), "kinds": kinds}),
         "credit": st.fixed_dictionaries({"t": st.just("credit"), "n": INT64}),
         "unsub": st.fixed_dictionaries({"t": st.just("unsub")}),
+        "cack": st.fixed_dictionaries(
+            {"t": st.just("cack"), "run": run_ids, "rank": small,
+             "cid": st.one_of(st.none(), st.from_regex(r"\A[A-Za-z0-9_-]{1,64}\Z", fullmatch=True)),
+             "cmd": st.sampled_from(["pause", "resume", "set", "checkpoint", "stop", "boom"]),
+             "state": st.sampled_from(["applied", "rejected", "scheduled", "maybe"]), "step": INT64,
+             "detail": st.text(max_size=30), "applied": st.dictionaries(st.text(max_size=6), scalar, max_size=3)}),
     }
     hostile_rec = st.fixed_dictionaries(
         {"t": st.just("rec"), "run": run_ids, "rank": small, "seq": seqs, "floor": st.integers(0, 40),
@@ -317,7 +323,7 @@ def test_fuzz_protocol_shaped_messages(target, tmp_path):
 
     fuzz()
     print(f"shaped fuzz: {prober.frames} frames, answers {dict(prober.answers)}, lost pings {prober.lost_pings}")
-    assert kinds_seen == {"hello", "rec", "hb", "finish", "q", "sub", "credit", "unsub"}
+    assert kinds_seen == set(INBOUND)  # every message type the agent accepts was fuzzed
     # the fuzz reached past validation: runs were created, records stored, queries answered
     assert {"welcome", "ack", "nack", "err", "r"} <= set(prober.answers), prober.answers
     runs = assert_healthy(target, prober, tmp_path, "after-shaped", timers=True)
