@@ -3,6 +3,7 @@
     python examples/quickstart.py          # starts the local agent if none is running
     pilothouse runs                        # the run, its status and last values
     pilothouse tail quickstart             # live metrics while it runs
+    pilothouse pause quickstart            # steer it: pause, resume, set kl_coef=0.1, checkpoint, stop
 """
 
 from __future__ import annotations
@@ -26,9 +27,15 @@ def main() -> None:
                      agent=args.agent)
     print(f"run {run.id}: watch it with `pilothouse tail {run.id}`", flush=True)
     for step in range(args.steps):
+        ctl = run.sync(step)  # pause blocks here; set/checkpoint/stop arrive here
+        if ctl.checkpoint:
+            run.checkpoint_saved(f"(the toy loop keeps no weights) step {step}", step)
+        if ctl.stop:
+            break
         reward = 1 - math.exp(-step / 80) + random.gauss(0, 0.05)
         run.log({"reward/mean": reward, "reward/std": 0.2 * math.exp(-step / 150),
-                 "kl": 0.002 * step ** 0.5, "loss": -reward + random.gauss(0, 0.02)}, step=step)
+                 "kl": run.config["kl_coef"] * step ** 0.5 / 25, "lr": run.config["lr"],
+                 "loss": -reward + random.gauss(0, 0.02)}, step=step)
         if step % 50 == 0:
             run.log_rollouts(step, [{"prompt": "12+30=", "completion": str(42 if reward > 0.5 else 41),
                                      "reward": float(reward > 0.5)}])

@@ -144,3 +144,16 @@ def test_special_floats_survive_the_wire(agent_proc, logged_run):
     with agent_proc.client() as c:
         _, vals, _ = c.series(logged_run.id, "reward/mean")
     assert bits(vals) == bits(SPECIAL) and math.isnan(vals[0])
+
+
+def test_quickstart_example_runs_and_is_steerable(agent_proc):
+    proc = subprocess.Popen([sys.executable, "examples/quickstart.py", "--steps", "400", "--delay", "0.01",
+                             "--agent", agent_proc.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    run_id = proc.stdout.readline().split()[1].rstrip(":")
+    with agent_proc.client() as c:
+        wait_until(lambda: any(r["id"] == run_id and r["last_step"] for r in c.runs()), what="steps")
+        assert c.command(run_id, "set", {"kl_coef": 0.1})["state"] == "applied"
+        assert c.command(run_id, "stop")["state"] == "applied"
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "delivered=True" in out, err
