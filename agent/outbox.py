@@ -147,7 +147,6 @@ class Outbox:
                 if sock in ready:
                     self._read_replies()
                 self._drain_queue()
-                self._send_acks()
                 now = time.monotonic()
                 self._send_due(now)
                 if now >= next_hb:
@@ -211,6 +210,7 @@ class Outbox:
             if not self._send_msg({**self.hello, "t": "hello"}):
                 return
             self._need_hello = False
+        self._send_acks()  # after the hello: the agent must know the run
         for b in batches:
             if b.sent_at is None:
                 if self._inflight_bytes and self._inflight_bytes + len(b.body) > MAX_INFLIGHT_BYTES:

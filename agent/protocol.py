@@ -31,6 +31,7 @@ MAX_PAGE_POINTS = 200_000  # points per reply page; keeps replies far below the 
 # [1, step, wall_time, rows] for rollouts; see encode_records.
 REC_METRICS = 0
 REC_ROLLOUTS = 1
+REC_CHECKPOINT = 2  # [2, step, wall_time, path]: a checkpoint the loop saved unasked
 
 # Journal entry kinds, as stored and streamed.
 KIND_METRIC = "m"
@@ -233,9 +234,7 @@ ACK_STATES = ("applied", "rejected", "scheduled")
 
 def _check_cack(msg: dict) -> None:
     _check_hb(msg)
-    cid = msg.get("cid")
-    if cid is not None:
-        _wrap(check_command_id, cid)
+    _wrap(check_command_id, msg.get("cid"))
     if msg.get("cmd") not in COMMANDS or msg.get("state") not in ACK_STATES:
         raise ProtocolError(f"'cack' needs cmd in {COMMANDS} and state in {ACK_STATES}")
     _wrap(check_int, msg.get("step"), "'cack' step")

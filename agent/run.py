@@ -24,8 +24,8 @@ import psutil
 from . import launcher
 from .collective import Broadcaster, process_group
 from .outbox import Outbox
-from .protocol import (DEFAULT_URL, ENV_AGENT, INT64_MAX, REC_METRICS, REC_ROLLOUTS, check_config, check_int,
-                       check_name, check_run_id, check_url)
+from .protocol import (DEFAULT_URL, ENV_AGENT, INT64_MAX, REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS,
+                       check_config, check_int, check_name, check_run_id, check_url)
 from .steering import NOTHING, Control, Helm
 from .store import check_rollouts
 from .tuning import build_schema
@@ -95,7 +95,7 @@ class Run:
         self._broadcaster = broadcaster
         self._sync_every = sync_every
         self._outbox = Outbox(url, hello, max_buffer_bytes=buffer_bytes, heartbeat_interval=heartbeat)
-        self._helm = Helm(self._config, schema, self._outbox.ack if rank == 0 else None)
+        self._helm = Helm(self._config, schema, self._outbox.ack if rank == 0 else None, self._record_checkpoint)
         self._outbox.helm = self._helm
         self._queue = self._outbox.queue
         _OPEN_RUNS.add(self)
@@ -167,6 +167,15 @@ class Run:
     @property
     def paused(self) -> bool:
         return self._helm.paused
+
+    @property
+    def step(self) -> int:
+        """The last step logged or synced (0 before any)."""
+        return max(self._step, 0)
+
+    def _record_checkpoint(self, path: str, step: int) -> None:
+        self._queue.append((REC_CHECKPOINT, step, time.time(), path))
+        self._records += 1
 
     def _sync_step(self, step: Any) -> int:
         return max(self._step, 0) if step is None else self._next_step(step, advance=False)

@@ -328,9 +328,6 @@ class Agent:
         if not self.store.has_run(run):
             return
         answer = {k: msg[k] for k in ("cid", "cmd", "state", "step", "detail", "applied")}
-        if cid is None:  # the loop saved a checkpoint on its own
-            self.store.event(run, "checkpoint", answer)
-            return
         row = self.store.command(cid)
         if row is None or row["run"] != run or row["state"] not in ("pending", "scheduled"):
             return  # unknown, or a repeated answer: recorded once

@@ -33,7 +33,8 @@ NOTHING = Control()
 
 
 class Helm:
-    def __init__(self, config: dict[str, Any], schema: dict[str, dict], ack: Ack | None):
+    def __init__(self, config: dict[str, Any], schema: dict[str, dict], ack: Ack | None,
+                 note_checkpoint: Callable[[str, int], None]):
         self.config = config
         self.schema = schema
         self.inbox: collections.deque[dict] = collections.deque()
@@ -43,6 +44,7 @@ class Helm:
         self.checkpoints: list[tuple[str, int]] = []  # requests (cid, step) not yet answered
         self.callbacks: list[Callable[[dict[str, Any]], dict | None]] = []
         self._ack = ack
+        self._note_checkpoint = note_checkpoint  # an unasked checkpoint travels as a durable record
 
     def idle(self) -> bool:
         return not (self.inbox or self.scheduled or self.paused or self.checkpoints)
@@ -126,11 +128,14 @@ class Helm:
 
     def saved(self, path: str, step: int) -> None:
         """The training code saved a checkpoint: answer every open request with its path."""
-        requests, self.checkpoints = self.checkpoints or [(None, step)], []
+        if not self.checkpoints:
+            self._note_checkpoint(path, step)
+            return
+        requests, self.checkpoints = self.checkpoints, []
         for cid, _ in requests:
             self.ack(cid, "checkpoint", "applied", step, f"checkpoint saved at step {step}: {path}", {"path": path})
 
-    def ack(self, cid: str | None, cmd: str, state: str, step: int, detail: str,
+    def ack(self, cid: str, cmd: str, state: str, step: int, detail: str,
             applied: dict[str, Any] | None = None) -> None:
         if self._ack is not None:
             self._ack({"cid": cid, "cmd": cmd, "state": state, "step": step, "detail": detail,

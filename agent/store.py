@@ -20,7 +20,7 @@ import numpy as np
 import sqlite_utils
 
 from .columns import check_keysets, columnize
-from .protocol import (INT64_MAX, KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, REC_METRICS, REC_ROLLOUTS,
+from .protocol import (INT64_MAX, KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS,
                        ProtocolError)
 
 Entry = tuple  # (id, run, kind, metric, rank, n, steps, vals, times, body), see protocol.ENTRY_FIELDS
@@ -263,6 +263,7 @@ class Store:
         keysets = check_keysets(keys, self._known_metrics)
         metric_recs = []
         rollouts = []
+        notes = []
         for index, rec in enumerate(recs):
             if not isinstance(rec, list) or len(rec) not in (4, 5):
                 raise ProtocolError("a record must be [0, step, wall_time, keyset, values] or "
@@ -275,6 +276,10 @@ class Store:
                     metric_recs.append((index, step, wall_time, rec[3], rec[4]))
             elif kind == REC_ROLLOUTS and len(rec) == 4:
                 rollouts.append((step, wall_time, check_rollouts(rec[3])))
+            elif kind == REC_CHECKPOINT and len(rec) == 4 and isinstance(rec[3], str) and len(rec[3]) <= 4096:
+                notes.append(_packb({"event": "checkpoint", "time": wall_time, "cmd": "checkpoint", "cid": None,
+                                     "state": "applied", "step": step, "rank": rank, "applied": {"path": rec[3]},
+                                     "detail": f"checkpoint saved at step {step}: {rec[3]}"}))
             else:
                 raise ProtocolError(f"record kind {kind!r} with {len(rec)} fields is not known")
         columns = columnize(metric_recs, keysets)
@@ -289,6 +294,7 @@ class Store:
         for step, wall_time, rows in rollouts:
             entries.append((run, KIND_ROLLOUTS, None, rank, len(rows),
                             None, None, None, _packb({"step": step, "time": wall_time, "rows": rows})))
+        entries.extend((run, KIND_EVENT, None, rank, 0, None, None, None, body) for body in notes)
         if metric_recs or rollouts:
             last_step = max([r[1] for r in metric_recs[-1:]] + [r[0] for r in rollouts[-1:]])
             self._dirty_runs[run] = max(last_step, self._dirty_runs.get(run, last_step))

@@ -573,6 +573,8 @@ def rec(seq: int, *records: list, run: str = SEED) -> dict:
     (["rec"], r"a record must be \[0, step, wall_time, keyset, values\]"),
     ([[7, 10, 1.0, {"loss": 1.0}]], r"record kind 7 with 4 fields is not known"),
     ([[0, 10, 1.0, [1.0]]], r"record kind 0 with 4 fields is not known"),
+    ([[2, 10, 1.0, 5]], r"record kind 2 with 4 fields is not known"),
+    ([[2, 10, 1.0, "x" * 4097]], r"record kind 2 with 4 fields is not known"),
     ([[0, 10, 1.0, 5, [1.0]]], r"metrics record at step 10 does not match its key set"),
     ([[0, 10, 1.0, {"a": 1.0}], [0, 11, 1.0, 0, [1.0, 2.0]]], r"metrics record at step 11 does not match"),
     ([[0, 10, 1.0, "0", [1.0]]], r"metrics record at step 10 does not match its key set"),

@@ -180,3 +180,15 @@ def test_commands_to_a_crashed_trainer_are_closed(tmp_path, agent_proc):
         wait_until(lambda: client.request("command_status", cid=row["cid"])["state"] == "rejected", timeout=15,
                    what="the open command to be closed")
         assert "crashed" in client.request("command_status", cid=row["cid"])["detail"]
+
+
+def test_a_checkpoint_saved_unasked_is_recorded_even_right_after_init(agent_proc):
+    import agent
+
+    run = agent.init(project="steer", name="eager", agent=agent_proc.url)
+    run.checkpoint_saved("/ckpt/eager-7.pt", 7)  # before the agent even heard the hello
+    assert run.finish()
+    with Client(agent_proc.url) as c:
+        events = [entry_body(e) for p in c.history(run.id, ["e"]) for e in p.entries]
+    saved = [e for e in events if e["event"] == "checkpoint"]
+    assert len(saved) == 1 and saved[0]["step"] == 7 and saved[0]["applied"] == {"path": "/ckpt/eager-7.pt"}
