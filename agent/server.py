@@ -15,7 +15,7 @@ import socket
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,8 +23,9 @@ import psutil
 import zmq
 
 from . import __version__
-from .protocol import (COMMANDS, KINDS, MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, SYSTEM_RUN_PREFIX, ProtocolError,
+from .protocol import (COMMANDS, MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, SYSTEM_RUN_PREFIX, ProtocolError,
                        check_command_id, check_int, check_url, decode, is_loopback, pack)
+from .readers import ReaderFeed, kinds
 from .sampler import SystemSampler
 from .store import Store
 from .tuning import validate_changes
@@ -33,16 +34,6 @@ log = logging.getLogger("pilothouse.agent")
 
 TURN_MESSAGES = 2000  # bound one turn so acks and readers are never starved
 TURN_SECONDS = 0.05
-MAX_CREDIT = 64
-
-
-@dataclass
-class Reader:
-    cursor: int
-    credit: int
-    run: str | None
-    kinds: tuple[str, ...]
-    heard: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -86,16 +77,14 @@ class Agent:
         self.sampler = sampler if sampler is not None else SystemSampler()
         self.sample_interval = sample_interval
         self.stale_after = stale_after
-        self.reader_timeout = reader_timeout
-        self.readers: dict[bytes, Reader] = {}
         self.live: dict[str, Liveness] = {}
         self.bad_frames = 0
         self.trainers: dict[str, bytes] = {}  # run -> rank 0's connection, where commands go
         self._cmd_sent: dict[str, float] = {}  # cid -> when it last went to the trainer
         self._acks: dict[tuple[bytes, str, int], int] = {}
         self._replies: list[tuple[bytes, dict]] = []
-        self._pending_empty: set[bytes] = set()  # readers owed an answer to their "sub"
         self._stop = threading.Event()
+        self.feed = ReaderFeed(self.store, self._send, reader_timeout)
         self._system_run = self._register_system_run()
         self._ops: dict[str, Callable[[dict], Any]] = {
             "ping": self._op_ping, "runs": self._op_runs, "resolve": self._op_resolve, "read": self._op_read,
@@ -119,12 +108,12 @@ class Agent:
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
-                behind = self._readers_behind()
+                behind = self.feed.behind()
                 timeout = 0 if behind else max(0.0, min(next_sample, next_check) - now)
                 if self.sock.poll(int(min(timeout, 0.2) * 1000), zmq.POLLIN):
                     self._turn()
                 elif behind:
-                    self._feed_readers(self.store.head, [])
+                    self.feed.feed(self.store.head, [])
                 now = time.monotonic()
                 if now >= next_sample:
                     self._timer(self._sample)
@@ -185,7 +174,7 @@ class Agent:
         for ident, msg in self._replies:
             self._send(ident, msg)
         self._replies.clear()
-        self._feed_readers(head_before, entries)
+        self.feed.feed(head_before, entries)
 
     def _drain(self) -> None:
         deadline = time.monotonic() + TURN_SECONDS
@@ -226,17 +215,11 @@ class Agent:
         elif kind == "q":
             self._on_query(ident, msg)
         elif kind == "sub":
-            self.readers[ident] = Reader(msg["after"], max(1, min(msg["credit"], MAX_CREDIT)), msg.get("run"),
-                                         _kinds(msg.get("kinds")))
-            self.readers[ident].credit += 1  # the reply to a sub is free: it tells the reader it is heard
-            self._pending_empty.add(ident)
+            self.feed.subscribe(ident, msg)
         elif kind == "credit":
-            reader = self.readers.get(ident)
-            if reader is not None:
-                reader.credit = max(0, min(reader.credit + msg["n"], MAX_CREDIT))
-                reader.heard = time.monotonic()
+            self.feed.credit(ident, msg["n"])
         elif kind == "unsub":
-            self.readers.pop(ident, None)
+            self.feed.drop(ident)
 
     # --- trainers -----------------------------------------------------------------------
 
@@ -388,7 +371,7 @@ class Agent:
                 self.store.set_status(run, verdict, now, reason=f"no heartbeat for {silent:.1f} s")
                 if verdict == "crashed":
                     self._close_commands(run, "the trainer crashed before applying it", now)
-            self._feed_readers(head_before, self.store.commit())
+            self.feed.feed(head_before, self.store.commit())
 
     def _process_gone(self, live: Liveness) -> bool:
         """Only a process on this host can be checked; elsewhere silence means stale."""
@@ -427,40 +410,14 @@ class Agent:
                               time.time())
         except ProtocolError as exc:
             log.warning("system sample rejected: %s", exc)
-        self._feed_readers(head_before, self.store.commit())
+        self.feed.feed(head_before, self.store.commit())
 
-    # --- readers --------------------------------------------------------------------------
-
-    def _readers_behind(self) -> bool:
-        head = self.store.head
-        return any(r.credit > 0 and r.cursor < head for r in self.readers.values())
-
-    def _feed_readers(self, head_before: int, fresh: list) -> None:
-        gone = [i for i, r in self.readers.items() if time.monotonic() - r.heard > self.reader_timeout]
-        for ident in gone:
-            del self.readers[ident]
-        for ident, reader in list(self.readers.items()):
-            if reader.credit <= 0:
-                continue
-            if reader.cursor >= head_before and (fresh or ident in self._pending_empty):
-                entries = [e for e in fresh if e[0] > reader.cursor and _wanted(reader, e)]
-                cursor = self.store.head
-            elif reader.cursor < self.store.head:
-                entries, cursor = self.store.read(reader.cursor, run=reader.run, kinds=reader.kinds,
-                                                  limit_points=MAX_PAGE_POINTS)
-            else:
-                continue
-            self._pending_empty.discard(ident)
-            reader.credit -= 1
-            reader.cursor = cursor
-            self._send(ident, {"t": "data", "cursor": cursor, "entries": entries})
-        self._pending_empty.intersection_update(self.readers)
-
-    def _send(self, ident: bytes, msg: dict) -> None:
+    def _send(self, ident: bytes, msg: dict) -> bool:
         try:
             self.sock.send_multipart([ident, pack(msg)], zmq.NOBLOCK)
+            return True
         except zmq.ZMQError:  # peer gone (ROUTER_MANDATORY) or its queue is full: it will ask again
-            self.readers.pop(ident, None)
+            return False
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -551,7 +508,7 @@ class Agent:
         if run is not None and not isinstance(run, str):
             raise TypeError("run must be a string")
         limit = min(_arg(args, "limit_points", int, MAX_PAGE_POINTS), MAX_PAGE_POINTS)
-        entries, cursor = self.store.read(after, run=run, kinds=_kinds(args.get("kinds")), limit_points=limit)
+        entries, cursor = self.store.read(after, run=run, kinds=kinds(args.get("kinds")), limit_points=limit)
         return {"entries": entries, "cursor": cursor}
 
 
@@ -560,18 +517,6 @@ def _who(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {k: str(v)[:100] for k, v in value.items() if k in ("user", "host", "client") and isinstance(v, str)}
-
-
-def _wanted(reader: Reader, entry: tuple) -> bool:
-    return (reader.run is None or entry[1] == reader.run) and (not reader.kinds or entry[2] in reader.kinds)
-
-
-def _kinds(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(k in KINDS for k in value):
-        raise ProtocolError(f"kinds must be a list drawn from {KINDS}")
-    return tuple(value)
 
 
 def _count(value: Any) -> int:

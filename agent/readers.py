@@ -1,0 +1,91 @@
+"""Readers (the app, ``pilothouse tail``) following the journal by cursor, against credit.
+
+A reader asks for "everything after N" with some credit; each page it gets costs one
+credit and it returns one per page processed.  A reader without credit costs the agent
+its cursor and nothing else, however far behind it falls.  Caught-up readers get the
+entries a turn just committed from memory; the others page through SQLite.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .protocol import KINDS, MAX_PAGE_POINTS, ProtocolError
+from .store import Store
+
+MAX_CREDIT = 64
+
+Send = Callable[[bytes, dict], bool]
+
+
+@dataclass
+class Reader:
+    cursor: int
+    credit: int
+    run: str | None
+    kinds: tuple[str, ...]
+    heard: float = field(default_factory=time.monotonic)
+    owed: bool = True  # a "sub" is always answered, even by an empty page: it tells the reader it is heard
+
+    def wants(self, entry: tuple) -> bool:
+        return (self.run is None or entry[1] == self.run) and (not self.kinds or entry[2] in self.kinds)
+
+
+class ReaderFeed:
+    def __init__(self, store: Store, send: Send, timeout: float):
+        self.store = store
+        self.send = send
+        self.timeout = timeout
+        self.readers: dict[bytes, Reader] = {}
+
+    def subscribe(self, ident: bytes, msg: dict) -> None:
+        """(Re)start at the reader's cursor; a repeated sub after silence is how readers reconnect."""
+        credit = max(1, min(msg["credit"], MAX_CREDIT)) + 1  # +1 pays for the answer to the sub itself
+        self.readers[ident] = Reader(msg["after"], credit, msg.get("run"), kinds(msg.get("kinds")))
+
+    def credit(self, ident: bytes, n: int) -> None:
+        reader = self.readers.get(ident)
+        if reader is not None:
+            reader.credit = max(0, min(reader.credit + n, MAX_CREDIT))
+            reader.heard = time.monotonic()
+
+    def drop(self, ident: bytes) -> None:
+        self.readers.pop(ident, None)
+
+    def behind(self) -> bool:
+        head = self.store.head
+        return any(r.credit > 0 and r.cursor < head for r in self.readers.values())
+
+    def feed(self, head_before: int, fresh: list) -> None:
+        """One page per reader with credit: ``fresh`` (committed this turn) or from the store."""
+        now = time.monotonic()
+        for ident in [i for i, r in self.readers.items() if now - r.heard > self.timeout]:
+            del self.readers[ident]
+        head = self.store.head
+        for ident, reader in list(self.readers.items()):
+            if reader.credit <= 0:
+                continue
+            if reader.cursor >= head_before and (fresh or reader.owed):
+                entries = [e for e in fresh if e[0] > reader.cursor and reader.wants(e)]
+                cursor = head
+            elif reader.cursor < head:
+                entries, cursor = self.store.read(reader.cursor, run=reader.run, kinds=reader.kinds,
+                                                  limit_points=MAX_PAGE_POINTS)
+            else:
+                continue
+            reader.owed = False
+            reader.credit -= 1
+            reader.cursor = cursor
+            if not self.send(ident, {"t": "data", "cursor": cursor, "entries": entries}):
+                self.drop(ident)  # gone, or its queue is full: it will subscribe again
+
+
+def kinds(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(k in KINDS for k in value):
+        raise ProtocolError(f"kinds must be a list drawn from {KINDS}")
+    return tuple(value)
