@@ -110,6 +110,14 @@ def check_int(value: Any, what: str, lo: int = 0, hi: int = INT64_MAX) -> int:
     return value
 
 
+def query_arg(args: dict, key: str, kind: type, default: Any = None) -> Any:
+    """One argument of a query, of the type the query needs (bool is not an int here)."""
+    value = args.get(key, default)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise TypeError(f"{key} must be {kind.__name__}")
+    return value
+
+
 def check_config(config: Any, where: str = "config", depth: int = 0) -> dict:
     """Config values: text, numbers, booleans, None, and lists/maps of them (string keys)."""
     if not isinstance(config, dict):

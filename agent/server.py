@@ -23,12 +23,12 @@ import psutil
 import zmq
 
 from . import __version__
-from .protocol import (COMMANDS, MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, SYSTEM_RUN_PREFIX, ProtocolError,
-                       check_command_id, check_int, check_url, decode, is_loopback, pack)
+from .protocol import (MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, SYSTEM_RUN_PREFIX, ProtocolError, check_int,
+                       check_url, decode, is_loopback, pack, query_arg)
+from .commands import CommandDesk
 from .readers import ReaderFeed, kinds
 from .sampler import SystemSampler
 from .store import Store
-from .tuning import validate_changes
 
 log = logging.getLogger("pilothouse.agent")
 
@@ -47,7 +47,7 @@ class Liveness:
     status: str = "running"
 
 
-class Agent:
+class Agent(CommandDesk):
     def __init__(self, bind: str, data_dir: str | Path, *, sample_interval: float = 1.0,
                  stale_after: float = 5.0, sampler: SystemSampler | None = None,
                  reader_timeout: float = 30.0):
@@ -223,22 +223,6 @@ class Agent:
 
     # --- trainers -----------------------------------------------------------------------
 
-    def _trainer_seen(self, ident: bytes, run: str, rank: int) -> None:
-        """Rank 0's latest connection receives the run's commands; open ones are (re)sent."""
-        if rank != 0:
-            return
-        self.trainers[run] = ident
-        now = time.monotonic()
-        for cmd in self.store.open_commands(run):
-            if cmd["state"] == "pending" and now - self._cmd_sent.get(cmd["cid"], 0.0) > 1.0:
-                self._forward(cmd)
-
-    def _forward(self, cmd: dict) -> None:
-        ident = self.trainers.get(cmd["run"])
-        if ident is not None:
-            self._cmd_sent[cmd["cid"]] = time.monotonic()
-            self._replies.append((ident, {"t": "cmd", "cid": cmd["cid"], "cmd": cmd["cmd"], **cmd["args"]}))
-
     def _on_hello(self, ident: bytes, msg: dict, now: float) -> None:
         before = self.store.upsert_run(msg, now)
         if before in ("finished", "crashed", "stale"):
@@ -306,27 +290,6 @@ class Agent:
             self._close_commands(run, "the run finished before applying it", now)
         self._replies.append((ident, {"t": "finished", "run": run, "rank": rank}))
 
-    def _on_command_ack(self, ident: bytes, msg: dict, now: float) -> None:
-        run, cid = msg["run"], msg["cid"]
-        if not self.store.has_run(run):
-            return
-        answer = {k: msg[k] for k in ("cid", "cmd", "state", "step", "detail", "applied")}
-        row = self.store.command(cid)
-        if row is None or row["run"] != run or row["state"] not in ("pending", "scheduled"):
-            return  # unknown, or a repeated answer: recorded once
-        if row["state"] == "scheduled" and msg["state"] == "scheduled":
-            return
-        self.store.answer_command(cid, msg["state"], msg["step"], msg["detail"], msg["applied"], now)
-        self.store.event(run, "ack", answer)
-        if msg["state"] == "applied":
-            if msg["cmd"] == "set":
-                self.store.update_config(run, msg["applied"])
-            elif msg["cmd"] in ("pause", "resume"):
-                self._set_live_status(run, "paused" if msg["cmd"] == "pause" else "running", now,
-                                      f"{msg['cmd']} command {cid}")
-            elif msg["cmd"] == "checkpoint":
-                self.store.event(run, "checkpoint", answer)
-
     def _alive(self, run: str, host: str, pid: int, pid_started: float | None) -> None:
         self.live[run] = Liveness(host, pid, pid_started, time.time())
 
@@ -346,13 +309,6 @@ class Agent:
         for row in self.store.db.query("SELECT id, host, pid, pid_started, status FROM runs "
                                        "WHERE status IN ('running', 'paused', 'stale') AND kind='train'"):
             self.live[row["id"]] = Liveness(row["host"], row["pid"], row["pid_started"], now, row["status"])
-
-    def _close_commands(self, run: str, why: str, now: float) -> None:
-        """A run that ended answers nothing more: its open commands are rejected, visibly."""
-        for cmd in self.store.open_commands(run):
-            self.store.answer_command(cmd["cid"], "rejected", None, why, {}, now)
-            self.store.event(run, "ack", {"cid": cmd["cid"], "cmd": cmd["cmd"], "state": "rejected", "step": None,
-                                          "detail": why, "applied": {}})
 
     def _check_liveness(self) -> None:
         now = time.time()
@@ -449,82 +405,17 @@ class Agent:
         return rows
 
     def _op_resolve(self, args: dict) -> str:
-        return self.store.resolve(_arg(args, "ref", str))
-
-    def _op_command(self, args: dict) -> dict:
-        """Validate, record and forward a command; a known id returns its state (retries are safe)."""
-        cid = check_command_id(args.get("cid"))
-        known = self.store.command(cid)
-        if known is not None:
-            return known
-        cmd = args.get("cmd")
-        if cmd not in COMMANDS:
-            raise ValueError(f"unknown command {str(cmd)[:40]!r}; one of {', '.join(COMMANDS)}")
-        run = self.store.resolve(_arg(args, "run", str))
-        who = _who(args.get("who"))
-        at_step = args.get("at_step")
-        if at_step is not None:
-            check_int(at_step, "at_step")
-        fwd: dict[str, Any] = {"at_step": at_step} if at_step is not None else {}
-        reason = self._refusal(run, cmd, args.get("values"), fwd, at_step)
-        now = time.time()
-        self.store.add_command(cid, run, cmd, fwd, who, now)
-        asked = {"values": args["values"]} if isinstance(args.get("values"), dict) else {}
-        self.store.event(run, "command", {"cid": cid, "cmd": cmd, **asked, **fwd, "who": who})
-        if reason is not None:
-            answer = {"cid": cid, "cmd": cmd, "state": "rejected", "step": None, "detail": reason, "applied": {}}
-            self.store.answer_command(cid, "rejected", None, reason, {}, now)
-            self.store.event(run, "ack", answer)
-        else:
-            self._forward(self.store.command(cid))
-        return self.store.command(cid)
-
-    def _refusal(self, run: str, cmd: str, values: Any, fwd: dict, at_step: Any) -> str | None:
-        """Why the agent refuses a command before it reaches the trainer, or None."""
-        row = self.store.run_row(run)
-        live = self.live.get(run)
-        status = live.status if live is not None else row["status"]
-        if row["kind"] != "train" or status not in ("running", "paused", "stale"):
-            return f"run {run} is {status}: only a running run can be steered"
-        if at_step is not None and cmd != "set":
-            return "--at-step applies to set only"
-        if cmd == "set":
-            _, schema = self.store.config_and_schema(run)
-            try:
-                fwd["values"] = validate_changes(schema, values)
-            except ValueError as exc:
-                return str(exc)
-        return None
-
-    def _op_command_status(self, args: dict) -> dict:
-        row = self.store.command(check_command_id(args.get("cid")))
-        if row is None:
-            raise LookupError(f"no command with id {args.get('cid')!r}")
-        return row
+        return self.store.resolve(query_arg(args, "ref", str))
 
     def _op_read(self, args: dict) -> dict:
-        after = check_int(_arg(args, "after", int), "after")
+        after = check_int(query_arg(args, "after", int), "after")
         run = args.get("run")
         if run is not None and not isinstance(run, str):
             raise TypeError("run must be a string")
-        limit = min(_arg(args, "limit_points", int, MAX_PAGE_POINTS), MAX_PAGE_POINTS)
+        limit = min(query_arg(args, "limit_points", int, MAX_PAGE_POINTS), MAX_PAGE_POINTS)
         entries, cursor = self.store.read(after, run=run, kinds=kinds(args.get("kinds")), limit_points=limit)
         return {"entries": entries, "cursor": cursor}
 
 
-def _who(value: Any) -> dict[str, str]:
-    """Who sent a command, as the client says (CurveZMQ identities come with remote access)."""
-    if not isinstance(value, dict):
-        return {}
-    return {k: str(v)[:100] for k, v in value.items() if k in ("user", "host", "client") and isinstance(v, str)}
-
-
 def _count(value: Any) -> int:
     return value if type(value) is int and value >= 0 else 0
-
-
-def _arg(args: dict, key: str, kind: type, default: Any = None) -> Any:
-    value = args.get(key, default)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise TypeError(f"{key} must be {kind.__name__}")
-    return value
