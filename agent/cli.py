@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import sqlite3
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,11 @@ EXIT_USAGE = 2
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "gui":
+        args.gui_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except AgentError as exc:
@@ -98,6 +103,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("values", nargs="+", type=_assignment, metavar="KEY=VALUE")
     c.add_argument("--at-step", type=int, help="apply at this step instead of the next one")
     c.set_defaults(timeout=30.0)
+
+    g = sub.add_parser("gui", help="open the desktop app (needs the gui extra: pip install 'pilothouse[gui]')",
+                       add_help=False)
+    g.set_defaults(func=cmd_gui)
 
     ev = reader("events", "a run's audit trail: status, commands, acknowledgements, checkpoints", cmd_events)
     ev.add_argument("run", help="run id or unambiguous run name")
@@ -225,6 +234,11 @@ def cmd_command(args: argparse.Namespace) -> int:
               f"(id {row['cid']}) and applies at the trainer's next sync: see `pilothouse events {args.run}`",
               file=sys.stderr)
     return EXIT_ERROR
+
+
+def cmd_gui(args: argparse.Namespace) -> int:
+    """The app runs as its own module, so this command never imports Qt (GPU nodes lack it)."""
+    return subprocess.call([sys.executable, "-m", "gui", *args.gui_args])
 
 
 def cmd_events(args: argparse.Namespace) -> int:

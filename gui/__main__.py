@@ -1,0 +1,30 @@
+"""``python -m gui [--agent URL ...] [--store FILE]``: the desktop app (``pilothouse gui`` runs this)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agent.protocol import check_url
+
+
+def _url(text: str) -> str:
+    try:
+        return check_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pilothouse gui", description="The Pilothouse desktop app.")
+    parser.add_argument("--agent", action="append", type=_url, default=[],
+                        help="agent URL to follow (repeatable); added to the remembered agents")
+    parser.add_argument("--store", help="the app's local store file (default: the user data dir)")
+    args = parser.parse_args(argv)
+    from ._qt.app import run_app  # Qt only once the arguments are known to be good
+
+    return run_app(sys.argv[:1], args.store, args.agent)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""The Pilothouse window: agents, the run list, charts, events and run control.
+
+Network I/O lives in ``gui.network`` threads; their callbacks become Qt signals here
+(queued into the UI thread), and the UI redraws on one coalescing timer, not per message.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (QAbstractItemView, QApplication, QInputDialog, QLabel, QLineEdit, QMainWindow,
+                               QMessageBox, QPlainTextEdit, QSplitter, QStackedWidget, QTableView, QTabWidget,
+                               QToolBar, QVBoxLayout, QWidget)
+
+from agent.client import AgentError, Client, Entry
+
+from ..local_store import LocalStore
+from ..models import RunKey, RunsModel
+from ..network import Health, Links
+from .charts import ChartsPanel
+from .runs_table import RunsTableModel
+
+REDRAW_MS = 30
+EMPTY = ("No agents yet: run `pilothouse agent` on a node, then add it here (Agents → Add agent…, "
+         "e.g. tcp://127.0.0.1:7766).")
+
+
+class Bridge(QObject):
+    """Signals emitted from network threads; Qt delivers them on the UI thread."""
+
+    batch = Signal(str, object, object)  # agent url, entries, runs (or None)
+    health = Signal(object)
+    answered = Signal(str, object)  # command name, the command's record or an error text
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, store_path: str | Path | None = None, agents: Sequence[str] = ()):
+        super().__init__()
+        self.setWindowTitle("Pilothouse")
+        self.bridge = Bridge()
+        self.links = Links(store_path, on_batch=self.bridge.batch.emit, on_health=self.bridge.health.emit)
+        self.store: LocalStore = self.links.store
+        for url in agents:
+            self.links.add(url)
+        self.runs = RunsModel()
+        self.runs.set_runs(self.store.runs())
+        self.table_model = RunsTableModel(self.runs)
+        self.health: dict[str, Health] = {}
+        self._dirty = True
+        self._closed = False
+        self._build()
+        self.bridge.batch.connect(self._on_batch)
+        self.bridge.health.connect(self._on_health)
+        self.bridge.answered.connect(self._on_answer)
+        self.redraw = QTimer(self, singleShot=True, interval=REDRAW_MS, timeout=self._redraw)
+        self.links.start()
+        self._schedule()
+        self._restore_layout()
+
+    # --- layout ---------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        self.filter = QLineEdit(placeholderText="filter runs…", clearButtonEnabled=True)
+        self.filter.textChanged.connect(self._on_filter)
+        self.table = QTableView()
+        self.table.setModel(self.table_model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.ExtendedSelection)
+        self.table.verticalHeader().hide()
+        self.table.selectionModel().selectionChanged.connect(self._on_select)
+        left = QWidget()
+        column = QVBoxLayout(left)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.filter)
+        column.addWidget(self.table)
+
+        self.charts = ChartsPanel()
+        self.events = QPlainTextEdit(readOnly=True)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.charts, "Charts")
+        self.tabs.addTab(self.events, "Events")
+        self.empty = QLabel(EMPTY, alignment=Qt.AlignCenter, wordWrap=True)
+        self.center = QStackedWidget()
+        self.center.addWidget(self.tabs)
+        self.center.addWidget(self.empty)
+
+        self.splitter = QSplitter()
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.center)
+        self.splitter.setStretchFactor(1, 3)
+        self.setCentralWidget(self.splitter)
+
+        bar = QToolBar("Run control", objectName="control")
+        self.addToolBar(bar)
+        self.actions: dict[str, QAction] = {}
+        for name, keys in (("pause", "Ctrl+P"), ("resume", "Ctrl+R"), ("checkpoint", "Ctrl+S"), ("stop", None)):
+            act = QAction(name.capitalize(), self, triggered=lambda _=False, n=name: self.send(n))
+            if keys:
+                act.setShortcut(QKeySequence(keys))
+            bar.addAction(act)
+            self.actions[name] = act
+        agents = self.menuBar().addMenu("&Agents")
+        agents.addAction(QAction("&Add agent…", self, shortcut=QKeySequence("Ctrl+N"), triggered=self._ask_agent))
+        self.status_label = QLabel()
+        self.statusBar().addPermanentWidget(self.status_label)
+
+    def _restore_layout(self) -> None:
+        settings = QSettings("pilothouse", "pilothouse")
+        if settings.value("geometry") is not None:
+            self.restoreGeometry(settings.value("geometry"))
+            self.restoreState(settings.value("state"))
+        else:
+            self.resize(1280, 800)
+
+    def closeEvent(self, event: Any) -> None:  # noqa: N802 (Qt's name)
+        if self._closed:
+            return super().closeEvent(event)
+        self._closed = True
+        settings = QSettings("pilothouse", "pilothouse")
+        settings.setValue("geometry", self.saveGeometry())
+        settings.setValue("state", self.saveState())
+        self.redraw.stop()
+        for signal in (self.bridge.batch, self.bridge.health, self.bridge.answered):
+            signal.disconnect()  # queued signals from link threads must not reach a closed store
+        self.links.close()
+        super().closeEvent(event)
+
+    # --- data in --------------------------------------------------------------------------
+
+    def _on_batch(self, url: str, entries: list[Entry], runs: list[dict] | None) -> None:
+        if runs is not None:
+            self.runs.update_agent(url, runs)
+        self.charts.add_entries(url, entries)
+        self._schedule()
+
+    def _on_health(self, health: Health) -> None:
+        self.health[health.url] = health
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """Many messages, one repaint: the timer coalesces everything of a ~30 ms burst."""
+        self._dirty = True
+        if not self.redraw.isActive():
+            self.redraw.start()
+
+    def _redraw(self) -> None:
+        if not self._dirty or self._closed:
+            return
+        self._dirty = False
+        selected = self.runs.selected()
+        self.table_model.refresh()
+        self._reselect(selected)
+        self.center.setCurrentWidget(self.tabs if self.links.agents() or self.runs.rows() else self.empty)
+        self.charts.redraw()
+        self.status_label.setText("   ".join(_health_text(h) for h in self.health.values()) or "no agents")
+
+    # --- selection ------------------------------------------------------------------------
+
+    def _on_filter(self, text: str) -> None:
+        self.runs.set_filter(text)
+        self._schedule()
+
+    def _on_select(self, *_: object) -> None:
+        keys = [self.table_model.row_at(i.row()).key for i in self.table.selectionModel().selectedRows()]
+        self.runs.clear_selection()
+        for key in keys:
+            self.runs.select(key)
+        self.charts.show_runs(keys, self.store)
+        self._show_events(keys[-1] if keys else None)
+
+    def _reselect(self, keys: list[RunKey]) -> None:
+        model = self.table.selectionModel()
+        model.blockSignals(True)
+        self.table.clearSelection()
+        for i in range(self.table_model.rowCount()):
+            if self.table_model.row_at(i).key in keys:
+                self.table.selectRow(i) if len(keys) == 1 else model.select(
+                    self.table_model.index(i, 0), model.Select | model.Rows)
+        model.blockSignals(False)
+        for key in keys:
+            self.runs.select(key)
+
+    def _show_events(self, key: RunKey | None) -> None:
+        if key is None:
+            self.events.setPlainText("")
+            return
+        from agent.cli import event_line  # plain text formatting shared with `pilothouse events`
+
+        self.events.setPlainText("\n".join(event_line(e) for e in self.store.events(*key)))
+
+    # --- run control ----------------------------------------------------------------------
+
+    def send(self, command: str) -> None:
+        """Send a command to every selected run, off the UI thread; the answer comes back as a signal."""
+        keys = self.runs.selected()
+        if not keys:
+            self.statusBar().showMessage(f"select a run to {command}", 5000)
+            return
+        for agent_url, run_id in keys:
+            threading.Thread(target=self._command, args=(agent_url, run_id, command), daemon=True).start()
+        self.statusBar().showMessage(f"{command}: waiting for the trainer's answer…")
+
+    def _command(self, agent_url: str, run_id: str, command: str) -> None:
+        try:
+            with Client(agent_url, timeout=5) as client:
+                self.bridge.answered.emit(command, client.command(run_id, command, who={"client": "gui"}))
+        except AgentError as exc:
+            self.bridge.answered.emit(command, str(exc))
+
+    def _on_answer(self, command: str, answer: Any) -> None:
+        if isinstance(answer, str):
+            text = f"{command} failed: {answer}"
+        elif answer["state"] in ("applied", "scheduled"):
+            text = answer["detail"]
+        else:
+            text = f"{command} {answer['state']}: {answer.get('detail') or 'no answer yet; it stays queued'}"
+        self.statusBar().showMessage(text, 10000)
+        self._schedule()
+
+    def _ask_agent(self) -> None:
+        url, ok = QInputDialog.getText(self, "Add agent", "Agent URL:", text="tcp://127.0.0.1:7766")
+        if not ok or not url:
+            return
+        try:
+            self.links.add(url.strip())
+        except ValueError as exc:
+            QMessageBox.warning(self, "Add agent", str(exc))
+        self._schedule()
+
+
+def _health_text(h: Health) -> str:
+    mark = {"connected": "●", "reconnecting": "◌", "connecting": "◌"}.get(h.state, "○")
+    lag = f" {h.lag * 1000:.0f} ms lag" if h.lag is not None and h.state == "connected" else ""
+    return f"{h.url} {mark} {h.state}{lag} · {h.points_per_s:,.0f} pts/s"
+
+
+def run_app(argv: Sequence[str], store_path: str | Path | None, agents: Sequence[str]) -> int:
+    app = QApplication.instance() or QApplication(list(argv))
+    window = MainWindow(store_path, agents)
+    window.show()
+    return app.exec()

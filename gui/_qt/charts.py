@@ -1,0 +1,111 @@
+"""The Charts tab: one chart per metric of the selected runs, grouped by prefix, runs overlaid.
+
+Selecting runs loads their history from the local store; live entries then append.  Both
+are read against one cursor per agent (taken in the same read snapshot as the history),
+so a point is never drawn twice nor skipped at the seam.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QScrollArea, QSlider, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt
+
+from agent.client import Entry, entry_points
+from agent.protocol import KIND_METRIC
+
+from ..local_store import LocalStore
+from ..models import RunKey, metric_groups
+from .chart import ChartWidget
+
+COLUMNS = 2
+CHART_HEIGHT = 240
+
+
+class ChartsPanel(QWidget):
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: list[RunKey] = []
+        self.charts: dict[str, ChartWidget] = {}
+        self.seen: dict[str, int] = {}  # agent url -> journal id up to which history was loaded
+        self.smoothing = QSlider(Qt.Horizontal, minimum=0, maximum=99, value=0, toolTip="EMA smoothing")
+        self.smoothing.valueChanged.connect(self._restyle)
+        self.log_y = QCheckBox("log y")
+        self.log_y.toggled.connect(self._restyle)
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("smoothing"))
+        controls.addWidget(self.smoothing)
+        controls.addWidget(self.log_y)
+        controls.addStretch()
+        self.grid_host = QWidget()
+        self.grid = QGridLayout(self.grid_host)
+        scroll = QScrollArea(widgetResizable=True)
+        scroll.setWidget(self.grid_host)
+        self.hint = QLabel("Select runs on the left to chart them; select several to compare.",
+                           alignment=Qt.AlignCenter)
+        layout = QVBoxLayout(self)
+        layout.addLayout(controls)
+        layout.addWidget(self.hint)
+        layout.addWidget(scroll)
+
+    def show_runs(self, keys: list[RunKey], store: LocalStore) -> None:
+        """Chart these runs from scratch: history from the store, then live appends."""
+        for chart in self.charts.values():
+            chart.setParent(None)
+            chart.deleteLater()
+        self.charts = {}
+        self.keys = list(keys)
+        self.seen = {}
+        with store.snapshot():
+            for agent in {a for a, _ in keys}:
+                self.seen[agent] = store.cursor(agent)
+            for key in keys:
+                for metric in store.metrics(*key):
+                    steps, vals, _ = store.series(*key, metric)
+                    self._append(key, metric, steps, vals)
+        self._layout()
+
+    def add_entries(self, agent: str, entries: list[Entry]) -> None:
+        """Live metric chunks of the charted runs (other runs' entries are ignored)."""
+        added = False
+        floor = self.seen.get(agent)
+        for e in entries:
+            if e.kind != KIND_METRIC or (agent, e.run) not in self.keys or (floor is not None and e.id <= floor):
+                continue
+            steps, vals, _ = entry_points(e)
+            added |= self._append((agent, e.run), e.metric, steps, vals)
+        if added:
+            self._layout()
+
+    def redraw(self) -> None:
+        self.hint.setVisible(not self.charts)
+
+    def _append(self, key: RunKey, metric: str, steps, vals) -> bool:
+        """Returns True when a new chart was made (the grid needs laying out again)."""
+        chart = self.charts.get(metric)
+        new = chart is None
+        if new:
+            chart = self.charts[metric] = ChartWidget()
+            chart.setMinimumHeight(CHART_HEIGHT)
+            chart.setTitle(metric)
+            self._style(chart)
+        name = f"{key[1]}"
+        if name not in chart.curves:
+            chart.add_curve(name, run_id=key[1])
+        chart.append(name, steps.astype(float), vals)
+        return new
+
+    def _layout(self) -> None:
+        for chart in self.charts.values():
+            self.grid.removeWidget(chart)
+        ordered = [m for group in metric_groups(self.charts).values() for m in group]
+        for i, metric in enumerate(ordered):
+            self.grid.addWidget(self.charts[metric], i // COLUMNS, i % COLUMNS)
+        self.redraw()
+
+    def _restyle(self, *_: object) -> None:
+        for chart in self.charts.values():
+            self._style(chart)
+
+    def _style(self, chart: ChartWidget) -> None:
+        chart.set_smoothing(self.smoothing.value() / 100)
+        chart.set_log_y(self.log_y.isChecked())

@@ -1,0 +1,69 @@
+"""The run list as a Qt table: a thin QAbstractTableModel over ``gui.models.RunsModel``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QColor
+
+from ..models import RunRow, RunsModel
+
+COLUMNS = ("status", "run", "step", "key metric", "host", "lost")
+STATUS_COLORS = {"crashed": "#d64545", "stale": "#d98a1c", "running": "#3a9b5c", "paused": "#3f7fd0",
+                 "finished": "#8a8f98"}
+STATUS_MARKS = {"crashed": "✖", "stale": "◌", "running": "●", "paused": "⏸", "finished": "○"}
+
+Index = QModelIndex | QPersistentModelIndex
+
+
+class RunsTableModel(QAbstractTableModel):
+    def __init__(self, runs: RunsModel):
+        super().__init__()
+        self.runs = runs
+        self._rows: list[RunRow] = []
+
+    def refresh(self) -> None:
+        """Re-read the view model (after new runs, a filter change)."""
+        self.beginResetModel()
+        self._rows = self.runs.rows()
+        self.endResetModel()
+
+    def row_at(self, index: int) -> RunRow:
+        return self._rows[index]
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: N802 (Qt's name)
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.DisplayRole) -> Any:  # noqa: N802
+        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: Index, role: int = Qt.DisplayRole) -> Any:
+        row = self._rows[index.row()]
+        column = COLUMNS[index.column()]
+        if role == Qt.DisplayRole:
+            return _cell(row, column)
+        if role == Qt.ForegroundRole and column == "status":
+            return QColor(STATUS_COLORS.get(row.status, "#8a8f98"))
+        if role == Qt.ToolTipRole:
+            return f"{row.title} ({row.run_id}) on {row.host or '?'} via {row.agent}"
+        return None
+
+
+def _cell(row: RunRow, column: str) -> str:
+    if column == "status":
+        return f"{STATUS_MARKS.get(row.status, '?')} {row.status}"
+    if column == "run":
+        return row.title
+    if column == "step":
+        return "" if row.step is None else str(row.step)
+    if column == "key metric":
+        return "" if row.key_value is None else f"{row.key_metric} {row.key_value:.4g}"
+    if column == "host":
+        return row.host
+    return str(row.lost_records) if row.lost_records else ""

@@ -1,0 +1,159 @@
+"""View models of the run list and comparisons, in plain Python.
+
+Why no Qt here: the Qt layer wraps these (a QAbstractTableModel over ``RunsModel.rows()``),
+so filtering, ordering, selection and diffing are tested without a display.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+RunKey = tuple[str, str]  # (agent URL, run id): run ids are only unique per agent
+
+# Lower sorts first: what needs a human goes to the top.
+SEVERITY = {"crashed": 0, "stale": 0, "running": 1, "paused": 2, "finished": 3}
+KEY_METRICS = ("reward/mean", "reward", "loss")  # the first one a run has is shown in its row
+
+
+@dataclass(frozen=True)
+class RunRow:
+    agent: str
+    run_id: str
+    project: str
+    name: str
+    status: str
+    step: int | None
+    key_metric: str | None
+    key_value: float | None
+    host: str
+    lost_records: int
+    created: float
+
+    @property
+    def key(self) -> RunKey:
+        return (self.agent, self.run_id)
+
+    @property
+    def title(self) -> str:
+        return f"{self.project}/{self.name}"
+
+    @classmethod
+    def from_run(cls, run: dict, agent: str | None = None, key_metrics: Iterable[str] = KEY_METRICS) -> "RunRow":
+        """A row from a run dict of ``Client.runs()`` or ``LocalStore.runs()`` (which adds ``agent``)."""
+        summary = run.get("summary") or {}
+        metric = next((m for m in key_metrics if m in summary), None)
+        return cls(agent=agent if agent is not None else run.get("agent", ""), run_id=run["id"],
+                   project=run.get("project") or "", name=run.get("name") or "",
+                   status=run.get("status") or "", step=run.get("last_step"), key_metric=metric,
+                   key_value=summary.get(metric) if metric else None, host=run.get("host") or "",
+                   lost_records=run.get("lost_records") or 0, created=run.get("created") or 0.0)
+
+    def matches(self, text: str) -> bool:
+        """Case-insensitive: every word of ``text`` appears in the project, name, id or host."""
+        hay = " ".join((self.title, self.run_id, self.host)).lower()
+        return all(word in hay for word in text.lower().split())
+
+
+def sort_key(row: RunRow) -> tuple:
+    """Severity, then newest first, then a stable tie-break."""
+    return (SEVERITY.get(row.status, len(SEVERITY)), -row.created, row.title, row.key)
+
+
+class RunsModel:
+    """The run list of every agent: filtered, ordered by severity, with a multi-selection."""
+
+    def __init__(self, include_system: bool = False):
+        self.include_system = include_system  # the agents' sys-HOST runs belong to the GPU panel
+        self.filter_text = ""
+        self._rows: dict[RunKey, RunRow] = {}
+        self._selected: list[RunKey] = []
+
+    def set_runs(self, runs: Iterable[dict]) -> None:
+        """Replace every run (dicts carrying ``agent``, as ``LocalStore.runs()`` returns)."""
+        self._rows = {}
+        self._merge(runs, None)
+
+    def update_agent(self, agent: str, runs: Iterable[dict]) -> None:
+        """Refresh one agent's runs (from a link's batch); the others' are left as they are."""
+        self._merge(runs, agent)
+
+    def _merge(self, runs: Iterable[dict], agent: str | None) -> None:
+        for run in runs:
+            if self.include_system or run.get("kind", "train") == "train":
+                row = RunRow.from_run(run, agent)
+                self._rows[row.key] = row
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text.strip()
+
+    def rows(self) -> list[RunRow]:
+        """The rows to show, in display order."""
+        return sorted((r for r in self._rows.values() if r.matches(self.filter_text)), key=sort_key)
+
+    def row(self, key: RunKey) -> RunRow | None:
+        return self._rows.get(key)
+
+    # --- selection (runs to compare) -------------------------------------------------------
+
+    def select(self, key: RunKey, on: bool = True) -> None:
+        """Add or drop a run from the comparison; the order of selection is kept (chart colours)."""
+        if on and key not in self._selected and key in self._rows:
+            self._selected.append(key)
+        elif not on and key in self._selected:
+            self._selected.remove(key)
+
+    def toggle(self, key: RunKey) -> None:
+        self.select(key, key not in self._selected)
+
+    def clear_selection(self) -> None:
+        self._selected.clear()
+
+    def selected(self) -> list[RunKey]:
+        """Selected runs, hidden by the filter or not: filtering must not drop a comparison."""
+        return list(self._selected)
+
+
+def metric_groups(names: Iterable[str]) -> dict[str, list[str]]:
+    """Group metric names by the prefix before the first "/" ("reward/mean" -> "reward");
+    names without one go to group "".  Groups sorted by name, "" last; names sorted in each."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(set(names)):
+        prefix, sep, _ = name.partition("/")
+        groups.setdefault(prefix if sep else "", []).append(name)
+    return dict(sorted(groups.items(), key=lambda kv: (kv[0] == "", kv[0])))
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested configs as dotted keys ({"opt": {"lr": 1}} -> {"opt.lr": 1}), so a diff names the leaf."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+_MISSING = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as a user reads them: NaN equals NaN, True is not 1, 1 equals 1.0."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def config_diff(configs: dict[Hashable, dict]) -> set[str]:
+    """Keys (dotted for nested configs) whose values differ between the runs, or that some
+    runs lack: the ones to highlight when comparing."""
+    flat = [flatten(c or {}) for c in configs.values()]
+    keys = set().union(*flat) if flat else set()
+    return {k for k in keys
+            if any(not _same(f.get(k, _MISSING), flat[0].get(k, _MISSING)) for f in flat[1:])}

@@ -1,0 +1,231 @@
+"""Links to agents: one background thread per agent owns its sockets and its store connection.
+
+Why threads: ZeroMQ sockets and SQLite connections must stay on the thread that made them,
+and network I/O must never run on the Qt thread.  A link follows its agent's journal from
+the cursor kept in the local store (history, then live), writes each page there, refreshes
+the run list about once a second, and hands both to ``on_batch(url, entries, runs)`` on the
+link's thread (``runs`` is None in a turn where the run list was not refreshed); the Qt layer
+turns that callback into a signal.  Everything is in the local store before the callback runs.
+
+Health (``Health``):
+
+- ``state``: ``connecting`` (no answer yet), ``connected``, ``reconnecting`` (nothing heard,
+  neither a page nor a run-list answer, for ``dead_after`` seconds), ``stopped``.
+- ``lag``: seconds from sending the last run-list request to its answer: the round trip
+  through the network and the agent's loop, free of clock skew and of whether a trainer is
+  logging.  ``behind``: wall clock now minus the newest received point's wall time, i.e.
+  how far the data shown trails the trainer, as of the last page with points (includes clock
+  skew between hosts, and is large while history is being caught up).
+- ``points_per_s``: metric points received per second over the last few seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from agent.client import AgentError, Client, Entry
+from agent.protocol import KIND_METRIC, check_url
+
+from .local_store import LocalStore
+
+BatchCallback = Callable[[str, list[Entry], "list[dict] | None"], None]
+HealthCallback = Callable[["Health"], None]
+
+RATE_WINDOW = 5.0  # seconds over which points_per_s is averaged
+
+
+@dataclass(frozen=True)
+class Health:
+    url: str
+    state: str = "connecting"
+    lag: float | None = None
+    behind: float | None = None
+    points_per_s: float = 0.0
+    silent: float = 0.0  # seconds since anything was heard from the agent
+    cursor: int = 0
+    error: str = ""
+
+
+class AgentLink:
+    """Follows one agent on a background thread; see the module docstring."""
+
+    def __init__(self, url: str, store_path: str | Path | None = None, *,
+                 on_batch: BatchCallback | None = None, on_health: HealthCallback | None = None,
+                 dead_after: float = 3.0, runs_every: float = 1.0, poll: float = 0.2):
+        self.url = check_url(url)
+        self.store_path = store_path
+        self.on_batch = on_batch
+        self.on_health = on_health
+        self.dead_after = dead_after
+        self.runs_every = runs_every
+        self.poll = poll  # longest block in a socket call: bounds how fast stop() returns
+        self._health = Health(self.url)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._main, name=f"link {self.url}", daemon=True)
+            self._thread.start()
+
+    def stop(self, wait: bool = True) -> None:
+        """Ask the thread to end; with ``wait``, join it (well under a second)."""
+        self._stop.set()
+        if wait and self._thread is not None:
+            self._thread.join(self.poll * 5 + 1.0)
+
+    def health(self) -> Health:
+        with self._lock:
+            return self._health
+
+    # --- the link's thread ------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            with contextlib.ExitStack() as stack:
+                store = LocalStore(self.store_path)
+                stack.callback(store.close)
+                feed = stack.enter_context(Client(self.url))  # own socket: request() would eat stream data
+                ask = stack.enter_context(Client(self.url, timeout=self.poll * 2))
+                self._follow(store, feed, ask)
+        except Exception as exc:  # a bug or a broken store: say so in the health, never die silently
+            self._set(error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self._set(state="stopped")
+            if self.on_health is not None:
+                self.on_health(self.health())
+
+    def _follow(self, store: LocalStore, feed: Client, ask: Client) -> None:
+        cursor = store.cursor(self.url)
+        heard = started = time.monotonic()
+        next_runs = reported = 0.0
+        rate: deque[tuple[float, int]] = deque()
+        pages = feed.follow(after=cursor, idle=self.poll)
+        try:
+            while not self._stop.is_set():
+                page = next(pages)
+                now = time.monotonic()
+                if page.entries or page.cursor > cursor:
+                    store.write_page(self.url, page.entries, page.cursor)
+                    cursor = page.cursor
+                if page.entries:
+                    heard = now
+                    rate.append((now, sum(e.n for e in page.entries if e.kind == KIND_METRIC)))
+                    self._note_behind(page.entries)
+                runs = None
+                if now >= next_runs and not self._stop.is_set():
+                    runs, heard = self._refresh_runs(ask, store, heard)
+                    next_runs = time.monotonic() + self.runs_every
+                while rate and rate[0][0] < now - RATE_WINDOW:
+                    rate.popleft()
+                if self.on_batch is not None and (page.entries or runs is not None):
+                    self.on_batch(self.url, page.entries, runs)
+                changed = self._update(now, heard, started, rate, cursor)
+                if self.on_health is not None and (changed or now - reported >= 1.0):
+                    reported = now
+                    self.on_health(self.health())
+        finally:
+            pages.close()
+
+    def _refresh_runs(self, ask: Client, store: LocalStore, heard: float) -> tuple[list[dict] | None, float]:
+        sent = time.monotonic()
+        try:
+            runs = ask.runs()
+        except AgentError:  # no answer (AgentUnavailable) or a refusal: try again next turn
+            return None, heard
+        answered = time.monotonic()
+        store.put_runs(self.url, runs)
+        self._set(lag=answered - sent)
+        return runs, answered
+
+    def _note_behind(self, entries: list[Entry]) -> None:
+        newest = max((float(np.frombuffer(e.times, np.float64)[-1]) for e in entries
+                      if e.kind == KIND_METRIC and e.n), default=None)
+        if newest is not None:
+            self._set(behind=max(0.0, time.time() - newest))
+
+    def _update(self, now: float, heard: float, started: float, rate: deque, cursor: int) -> bool:
+        """Recompute state and rate; True when the state changed."""
+        silent = now - heard
+        old = self.health().state
+        if silent >= self.dead_after:
+            state = "reconnecting"
+        else:
+            state = "connected" if heard > started else "connecting"
+        span = min(RATE_WINDOW, max(now - started, 1e-3))
+        self._set(state=state, silent=silent, cursor=cursor, points_per_s=sum(n for _, n in rate) / span)
+        return state != old
+
+    def _set(self, **changes: object) -> None:
+        with self._lock:
+            self._health = replace(self._health, **changes)
+
+
+class Links:
+    """The app's agents: remembered in the local store, one ``AgentLink`` each while started."""
+
+    def __init__(self, store_path: str | Path | None = None, *, on_batch: BatchCallback | None = None,
+                 on_health: HealthCallback | None = None, **link_options: float):
+        self.store_path = store_path
+        self.on_batch = on_batch
+        self.on_health = on_health
+        self.link_options = link_options
+        self.store = LocalStore(store_path)  # this (the caller's) thread's connection
+        self.links: dict[str, AgentLink] = {}
+        self.started = False
+
+    def agents(self) -> list[dict]:
+        return self.store.agents()
+
+    def add(self, url: str, name: str | None = None) -> AgentLink | None:
+        """Remember an agent (validated URL) and follow it if the links are started."""
+        url = check_url(url)
+        self.store.add_agent(url, name)
+        if self.started:
+            return self._start(url)
+        return None
+
+    def remove(self, url: str, keep_data: bool = True) -> None:
+        link = self.links.pop(url, None)
+        if link is not None:
+            link.stop()
+        self.store.remove_agent(url, keep_data=keep_data)
+
+    def start(self) -> None:
+        self.started = True
+        for agent in self.store.agents():
+            self._start(agent["url"])
+
+    def stop(self) -> None:
+        """Stop every link; they wind down in parallel, so this takes one link's time."""
+        self.started = False
+        links, self.links = list(self.links.values()), {}
+        for link in links:
+            link.stop(wait=False)
+        for link in links:
+            link.stop()
+
+    def health(self) -> list[Health]:
+        return [link.health() for link in self.links.values()]
+
+    def close(self) -> None:
+        self.stop()
+        self.store.close()
+
+    def _start(self, url: str) -> AgentLink:
+        link = self.links.get(url)
+        if link is None:
+            link = self.links[url] = AgentLink(url, self.store_path, on_batch=self.on_batch,
+                                               on_health=self.on_health, **self.link_options)
+            link.start()
+        return link

@@ -1,0 +1,82 @@
+"""The app end to end, offscreen: a real agent, a real trainer process, the real window."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="pilothouse-qt-config-")  # QSettings stays in tests
+
+import pytest  # noqa: E402
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from agent.client import Client  # noqa: E402
+from conftest import finish, start_trainer  # noqa: E402
+from gui._qt.app import EMPTY, MainWindow  # noqa: E402
+
+TRAINER = """
+run = agent.init(project="app", name="watched", agent=URL, config={"lr": 1e-3}, heartbeat=0.2)
+print(run.id, flush=True)
+for step in range(100000):
+    ctl = run.sync(step)
+    if ctl.stop:
+        break
+    run.log({"reward/mean": step / 100.0, "reward/std": 1.0, "loss": 1.0 / (step + 1)}, step=step)
+    time.sleep(0.01)
+run.finish()
+"""
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    def make(agents):
+        w = MainWindow(tmp_path / "app-store.sqlite", agents)
+        qtbot.addWidget(w)
+        w.show()
+        return w
+    yield make
+
+
+def test_empty_state_says_what_to_do(window):
+    w = window([])
+    w._redraw()
+    assert w.center.currentWidget() is w.empty and "pilothouse agent" in EMPTY
+
+
+def test_live_run_is_listed_charted_and_paused_from_the_ui(window, qtbot, tmp_path, agent_proc):
+    trainer = start_trainer(tmp_path, TRAINER, agent_proc.url)
+    run_id = trainer.stdout.readline().strip()
+    w = window([agent_proc.url])
+    try:
+        qtbot.waitUntil(lambda: any(w.table_model.row_at(i).run_id == run_id
+                                    for i in range(w.table_model.rowCount())), timeout=15000)
+        row = next(i for i in range(w.table_model.rowCount()) if w.table_model.row_at(i).run_id == run_id)
+        w.table.selectRow(row)
+        qtbot.waitUntil(lambda: "reward/mean" in w.charts.charts, timeout=10000)
+        chart = w.charts.charts["reward/mean"]
+        qtbot.waitUntil(lambda: len(chart.curves[run_id].series.x) > 20, timeout=10000)
+        before = len(chart.curves[run_id].series.x)
+        qtbot.waitUntil(lambda: len(chart.curves[run_id].series.x) > before + 10, timeout=10000)  # live
+        xs = chart.curves[run_id].series.x
+        assert list(xs[:5]) == [0.0, 1.0, 2.0, 3.0, 4.0]  # history and live: no gap, no double
+        assert (xs[1:] - xs[:-1] == 1).all()
+
+        w.actions["pause"].trigger()
+        qtbot.waitUntil(lambda: "paused at step" in w.statusBar().currentMessage(), timeout=15000)
+        with Client(agent_proc.url) as c:
+            run = next(r for r in c.runs() if r["id"] == run_id)
+            assert run["status"] == "paused"
+            step = run["last_step"]
+            qtbot.wait(1000)
+            assert next(r for r in c.runs() if r["id"] == run_id)["last_step"] == step  # it really holds
+        w.actions["resume"].trigger()
+        qtbot.waitUntil(lambda: "resumed at step" in w.statusBar().currentMessage(), timeout=15000)
+        w.actions["stop"].trigger()
+        finish(trainer)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+        w.close()

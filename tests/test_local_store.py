@@ -1,0 +1,114 @@
+"""The app's local store on a real SQLite file: idempotent, cursor-consistent, bit-exact."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+
+from agent.client import Entry
+from gui.local_store import ENV_APP_DATA, STORE_FILE, LocalStore, default_path
+
+A, B = "tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002"
+SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 1e308, 5e-324, 1.5])
+
+
+def chunk(id: int, run: str, metric: str, steps, vals) -> Entry:
+    steps = np.asarray(steps, np.int64)
+    vals = np.asarray(vals, np.float64)
+    times = 1.7e9 + steps.astype(np.float64)
+    return Entry(id, run, "m", metric, 0, len(steps), steps.tobytes(), vals.tobytes(), times.tobytes(), None)
+
+
+def body(id: int, run: str, kind: str, obj: dict) -> Entry:
+    return Entry(id, run, kind, None, 0, len(obj.get("rows", ())), None, None, None,
+                 msgpack.packb(obj, use_bin_type=True))
+
+
+def page() -> list[Entry]:
+    return [chunk(1, "r1", "reward/mean", [0, 1, 2], SPECIAL[:3]),
+            chunk(2, "r1", "loss", [0, 1, 2], [3.0, 2.0, 1.0]),
+            body(3, "r1", "r", {"step": 2, "time": 1.0, "rows": [{"prompt": "2+2", "completion": "4", "reward": 1.0}]}),
+            chunk(4, "r1", "reward/mean", range(3, 7), SPECIAL[3:]),
+            body(5, "r1", "e", {"event": "status", "status": "finished"})]
+
+
+def test_entries_are_idempotent_and_the_cursor_survives_reopening(tmp_path):
+    path = tmp_path / "app" / "store.sqlite"
+    store = LocalStore(path)
+    store.add_agent(A, "node-a")
+    entries = page()
+    store.write_page(A, entries[:3], 3)
+    store.write_page(A, entries, 5)  # a page re-sent across a reconnect
+    store.write_page(A, entries[3:], 5)
+    store.close()
+
+    store = LocalStore(path)
+    assert store.cursor(A) == 5 and store.cursor(B) == 0
+    assert store.db.execute("SELECT COUNT(*) FROM entries").fetchone()[0] == 5
+    steps, vals, times = store.series(A, "r1", "reward/mean")
+    assert steps.tolist() == list(range(7))
+    assert vals.tobytes() == SPECIAL.tobytes()  # NaN, ±Inf, -0.0, 1e308, denormal: bit for bit
+    assert np.array_equal(times, 1.7e9 + np.arange(7))
+    assert store.metrics(A, "r1") == ["loss", "reward/mean"]
+    assert store.rollouts(A, "r1")[0]["rows"][0]["completion"] == "4"
+    assert [e["status"] for e in store.events(A, "r1")] == ["finished"]
+    assert store.agents()[0]["name"] == "node-a"
+
+
+def test_cursor_never_goes_back(tmp_path):
+    store = LocalStore(tmp_path / "s.sqlite")
+    store.write_page(A, page(), 5)
+    store.write_page(A, [], 2)
+    assert store.cursor(A) == 5
+
+
+def test_two_agents_runs_side_by_side(tmp_path):
+    store = LocalStore(tmp_path / "s.sqlite")
+    for url, (value, status) in ((A, (0.5, "running")), (B, (0.7, "finished"))):
+        store.add_agent(url)
+        store.put_runs(url, [{"id": "r1", "project": "grpo", "name": "lr", "kind": "train", "status": status,
+                              "host": url[-4:], "last_step": 10, "created": 1.0, "config": {"lr": 1e-5},
+                              "summary": {"reward/mean": value}}])
+        store.write_page(url, [chunk(1, "r1", "reward/mean", [0, 1], [value, value])], 1)
+    store.put_runs(A, [{"id": "r1", "project": "grpo", "name": "lr", "kind": "train", "status": "crashed",
+                        "created": 1.0, "summary": {}}])  # an upsert, not a second row
+    runs = {(r["agent"], r["id"]): r for r in store.runs()}
+    assert set(runs) == {(A, "r1"), (B, "r1")}
+    assert runs[(A, "r1")]["status"] == "crashed" and runs[(B, "r1")]["summary"] == {"reward/mean": 0.7}
+    assert store.series(A, "r1", "reward/mean")[1].tolist() == [0.5, 0.5]
+    assert store.series(B, "r1", "reward/mean")[1].tolist() == [0.7, 0.7]
+    assert [r["id"] for r in store.runs(B)] == ["r1"]
+
+
+def test_removed_agent_keeps_its_data_unless_asked(tmp_path):
+    store = LocalStore(tmp_path / "s.sqlite")
+    store.add_agent(A)
+    store.add_agent(B)
+    store.write_page(A, page(), 5)
+    store.remove_agent(A)
+    assert [a["url"] for a in store.agents()] == [B]
+    assert len(store.series(A, "r1", "loss")[0]) == 3  # still browsable
+    store.add_agent(A)
+    assert store.cursor(A) == 5  # re-added: no second download
+    store.remove_agent(A, keep_data=False)
+    assert store.cursor(A) == 0 and len(store.series(A, "r1", "loss")[0]) == 0
+
+
+def test_default_path_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_APP_DATA, str(tmp_path / "appdata"))
+    assert default_path() == tmp_path / "appdata" / STORE_FILE
+    assert LocalStore().path == tmp_path / "appdata" / STORE_FILE
+    monkeypatch.delenv(ENV_APP_DATA)
+    assert default_path().parts[-2:] == ("app", STORE_FILE)
+
+
+def test_snapshot_reads_one_state_while_another_connection_writes(tmp_path):
+    path = tmp_path / "s.sqlite"
+    reader, writer = LocalStore(path), LocalStore(path)
+    entries = page()
+    writer.write_page(A, entries[:2], 2)
+    with reader.snapshot():
+        cursor = reader.cursor(A)
+        writer.write_page(A, entries[2:], 5)  # a link's thread goes on writing
+        assert len(reader.series(A, "r1", "reward/mean")[0]) == 3 and cursor == 2
+    assert reader.cursor(A) == 5 and len(reader.series(A, "r1", "reward/mean")[0]) == 7

@@ -1,0 +1,77 @@
+"""Plain-Python view models: filter, severity order, selection, metric groups, config diff."""
+
+from __future__ import annotations
+
+import math
+
+from gui.models import RunRow, RunsModel, config_diff, metric_groups
+
+
+def run(agent: str, id: str, status: str, name: str = "", created: float = 0.0, **extra) -> dict:
+    return {"agent": agent, "id": id, "project": "grpo", "name": name or id, "kind": "train", "status": status,
+            "host": f"{agent}-host", "last_step": 7, "created": created, "lost_records": 0,
+            "summary": {"reward/mean": 0.5, "loss": 1.0}, **extra}
+
+
+def model() -> RunsModel:
+    m = RunsModel()
+    m.set_runs([run("a", "r1", "finished", created=1), run("a", "r2", "running", created=2),
+                run("b", "r3", "crashed", name="lr1e-4", created=3), run("b", "r4", "paused", created=4),
+                run("b", "r5", "stale", created=5), run("a", "r6", "running", created=6),
+                {"agent": "a", "id": "sys-a", "kind": "system", "status": "running", "created": 9}])
+    return m
+
+
+def test_severity_first_then_newest():
+    assert [r.run_id for r in model().rows()] == ["r5", "r3", "r6", "r2", "r4", "r1"]
+
+
+def test_row_from_run_dict():
+    row = RunRow.from_run(run("a", "r1", "running", lost_records=3))
+    assert (row.key, row.title, row.step, row.key_metric, row.key_value, row.lost_records) == \
+        (("a", "r1"), "grpo/r1", 7, "reward/mean", 0.5, 3)
+    assert RunRow.from_run({"id": "x", "summary": {"loss": 2.0}}, agent="z").key_metric == "loss"
+
+
+def test_filter_matches_project_name_id_and_host():
+    m = model()
+    m.set_filter("LR1E")
+    assert [r.run_id for r in m.rows()] == ["r3"]
+    m.set_filter("b-host")
+    assert {r.run_id for r in m.rows()} == {"r3", "r4", "r5"}
+    m.set_filter("grpo r2")
+    assert [r.run_id for r in m.rows()] == ["r2"]
+    m.set_filter("")
+    assert len(m.rows()) == 6  # the system run is not in the list
+
+
+def test_selection_survives_filtering_and_updates():
+    m = model()
+    m.select(("b", "r3"))
+    m.toggle(("a", "r1"))
+    m.select(("a", "nope"))  # unknown runs are not selectable
+    m.set_filter("r3")
+    assert m.selected() == [("b", "r3"), ("a", "r1")]
+    m.update_agent("a", [run("a", "r1", "crashed", created=1)])
+    assert m.row(("a", "r1")).status == "crashed" and len(m.selected()) == 2
+    m.toggle(("b", "r3"))
+    assert m.selected() == [("a", "r1")]
+    m.clear_selection()
+    assert m.selected() == []
+
+
+def test_metric_groups_by_prefix():
+    assert metric_groups(["reward/std", "kl", "reward/mean", "completions/len", "loss", "kl"]) == {
+        "completions": ["completions/len"], "reward": ["reward/mean", "reward/std"], "": ["kl", "loss"]}
+    assert metric_groups([]) == {}
+
+
+def test_config_diff_names_keys_that_differ_or_are_missing():
+    configs = {("a", "r1"): {"lr": 1e-5, "kl": 0.05, "opt": {"beta": 0.9, "eps": 1e-8}, "x": math.nan, "flag": True},
+               ("a", "r2"): {"lr": 3e-6, "kl": 0.05, "opt": {"beta": 0.95, "eps": 1e-8}, "x": math.nan, "flag": 1},
+               ("b", "r1"): {"lr": 1e-5, "kl": 0.05, "opt": {"beta": 0.9, "eps": 1e-8}, "x": math.nan,
+                             "flag": True, "seed": 1}}
+    assert config_diff(configs) == {"lr", "opt.beta", "flag", "seed"}
+    assert config_diff({"only": {"lr": 1}}) == set()
+    assert config_diff({"a": {"n": 1}, "b": {"n": 1.0}}) == set()
+    assert config_diff({}) == set()
