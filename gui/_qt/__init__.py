@@ -1,0 +1,1 @@
+"""The Qt layer: the only part of gui/ that imports PySide6 and pyqtgraph."""

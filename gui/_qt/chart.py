@@ -1,0 +1,189 @@
+"""ChartWidget: live metric curves drawn from ``Series.view()``, so a frame costs per pixel.
+
+pyqtgraph's own downsampling re-scans every point each frame; here each curve asks its
+``Series`` for at most a few points per pixel column of the visible x range, on a coalescing
+30 ms timer, so a burst of appends and range changes produces one redraw.
+
+The widget follows the data (x range = all points) until the x range is changed by anyone else
+(pan, zoom, ``setXRange``); ``set_follow(True)`` or the plot's auto-range button brings it back.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore
+
+from gui.lod import Ema, Series
+
+# Tableau 10: distinguishable, and a run keeps its color across charts and restarts.
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+           "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
+FAINT_ALPHA = 70  # the raw curve behind a smoothed one
+MARKER_COLOR = "#d62728"
+
+
+def color_for(run_id: str) -> str:
+    """A stable palette color for a run id (a hash, not an insertion order)."""
+    return PALETTE[zlib.crc32(run_id.encode()) % len(PALETTE)]
+
+
+@dataclass
+class _Curve:
+    series: Series
+    color: str
+    raw: pg.PlotDataItem
+    smooth: pg.PlotDataItem
+    ema: Ema | None = None
+
+
+class ChartWidget(pg.PlotWidget):
+    """Named curves, each backed by a Series; redraws only what the pixels can show."""
+
+    def __init__(self, parent=None, redraw_ms: int = 30) -> None:
+        super().__init__(parent)
+        self.curves: dict[str, _Curve] = {}
+        self._smoothing = 0.0
+        self._follow = True
+        self._setting_range = False
+        self._marker_x = np.empty(0)
+        plot = self.getPlotItem()
+        self._vb = plot.getViewBox()
+        self._vb.disableAutoRange(pg.ViewBox.XAxis)  # x is ours: the curves only hold the visible part
+        self._vb.setAutoVisible(y=True)
+        self._timer = QtCore.QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(redraw_ms)
+        self._timer.timeout.connect(self.redraw)
+        self._vb.sigXRangeChanged.connect(self._range_changed)
+        self._vb.sigYRangeChanged.connect(self._place_markers)
+        self._vb.sigResized.connect(self.schedule_redraw)
+        plot.autoBtn.clicked.connect(self._auto_clicked)
+        self.markers = pg.ScatterPlotItem(symbol="|", size=10, pen=pg.mkPen(MARKER_COLOR, width=2),
+                                          brush=None)
+        plot.addItem(self.markers, ignoreBounds=True)
+        self._vline = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888", style=QtCore.Qt.DashLine))
+        self._label = pg.TextItem(anchor=(0, 0))
+        plot.addItem(self._vline, ignoreBounds=True)
+        plot.addItem(self._label, ignoreBounds=True)
+        self.scene().sigMouseMoved.connect(self._mouse_moved)
+
+    def add_curve(self, name: str, run_id: str | None = None) -> Series:
+        """A new empty curve colored by ``run_id`` (default: its name); returns its Series."""
+        if name in self.curves:
+            raise ValueError(f"curve {name!r} exists")
+        color = color_for(run_id or name)
+        smooth = pg.PlotDataItem(pen=pg.mkPen(color, width=1.5), connect="finite")
+        raw = pg.PlotDataItem(pen=pg.mkPen(color), connect="finite", name=name)
+        self.addItem(raw)
+        self.addItem(smooth)
+        curve = _Curve(Series(), color, raw, smooth)
+        self.curves[name] = curve
+        self._style(curve)
+        return curve.series
+
+    def append(self, name: str, xs: np.ndarray, ys: np.ndarray) -> None:
+        self.curves[name].series.append(xs, ys)
+        self.schedule_redraw()
+
+    def schedule_redraw(self, *_: object) -> None:
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def flush(self) -> None:
+        """Redraw now if a redraw is pending (tests and benchmarks, which cannot wait 30 ms)."""
+        if self._timer.isActive():
+            self._timer.stop()
+            self.redraw()
+
+    def set_smoothing(self, alpha: float) -> None:
+        """TensorBoard-style EMA weight in [0, 1); 0 turns smoothing off."""
+        self._smoothing = alpha
+        for curve in self.curves.values():
+            curve.ema = Ema(curve.series, alpha) if alpha > 0 else None
+            self._style(curve)
+        self.schedule_redraw()
+
+    def set_log_y(self, on: bool) -> None:
+        self.getPlotItem().setLogMode(x=False, y=on)
+        self.schedule_redraw()
+
+    def set_follow(self, on: bool) -> None:
+        """Follow the data (x range = every point) or keep the user's pan/zoom."""
+        self._follow = on
+        if on:
+            self.schedule_redraw()
+
+    def _style(self, curve: _Curve) -> None:
+        faint = pg.mkColor(curve.color)
+        faint.setAlpha(FAINT_ALPHA if curve.ema else 255)
+        curve.raw.setPen(pg.mkPen(faint))
+        curve.smooth.setVisible(curve.ema is not None)
+
+    def _range_changed(self, *_: object) -> None:
+        if not self._setting_range:  # a pan, zoom or setXRange: keep that range
+            self._follow = False
+            self.schedule_redraw()
+
+    def _auto_clicked(self, *_: object) -> None:
+        self._vb.disableAutoRange(pg.ViewBox.XAxis)  # the button turned it on; x is ours
+        self.set_follow(True)
+
+    def redraw(self) -> None:
+        """Give every curve the points for the current x range and pixel width."""
+        if self._follow:
+            self._fit_x()
+        (x0, x1), _ = self._vb.viewRange()
+        pixels = max(int(self._vb.width()), 1)
+        bad = []
+        for curve in self.curves.values():
+            curve.raw.setData(*curve.series.view(x0, x1, pixels))
+            if curve.ema is not None:
+                curve.smooth.setData(*curve.ema.update().view(x0, x1, pixels))
+            bad.append(curve.series.nonfinite(x0, x1))
+        marks = np.concatenate(bad) if bad else np.empty(0)
+        if len(marks) and x1 > x0:  # one tick per pixel column is enough
+            column = np.floor((marks - x0) / (x1 - x0) * pixels)
+            marks = marks[np.unique(column, return_index=True)[1]]
+        self._marker_x = marks
+        self._place_markers()
+
+    def _fit_x(self) -> None:
+        ranges = [r for c in self.curves.values() if (r := c.series.x_range())]
+        if not ranges:
+            return
+        lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        if hi == lo:
+            lo, hi = lo - 0.5, hi + 0.5
+        self._setting_range = True
+        try:
+            self._vb.setXRange(lo, hi, padding=0.0)
+        finally:
+            self._setting_range = False
+
+    def _place_markers(self, *_: object) -> None:
+        """Non-finite values have no y: tick them along the bottom of the view."""
+        _, (y0, y1) = self._vb.viewRange()
+        y = np.full(len(self._marker_x), y0 + 0.02 * (y1 - y0))
+        self.markers.setData(self._marker_x, y)
+
+    def readout(self, x: float) -> str:
+        """Crosshair text: x and each curve's value at its nearest point."""
+        lines = [f"x = {x:.6g}"]
+        for name, curve in self.curves.items():
+            point = curve.series.nearest(x)
+            if point is not None:
+                lines.append(f"{name}: {point[1]:.6g}  (x {point[0]:.6g})")
+        return "\n".join(lines)
+
+    def _mouse_moved(self, pos: QtCore.QPointF) -> None:
+        if not self._vb.sceneBoundingRect().contains(pos):
+            return
+        x = self._vb.mapSceneToView(pos).x()
+        self._vline.setPos(x)
+        self._label.setText(self.readout(x))
+        (x0, _), (_, y1) = self._vb.viewRange()
+        self._label.setPos(x0, y1)

@@ -1,0 +1,90 @@
+"""gui._qt.chart: the ChartWidget draws decimated curves that keep spikes, gaps and markers."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+pg = pytest.importorskip("pyqtgraph")
+
+from gui._qt.chart import PALETTE, ChartWidget, color_for  # noqa: E402
+
+N = 200_000
+
+
+@pytest.fixture
+def chart(qtbot):
+    widget = ChartWidget()
+    qtbot.addWidget(widget)
+    widget.resize(600, 400)
+    widget.show()
+    qtbot.waitExposed(widget)
+    x = np.arange(N, dtype=float)
+    y = np.sin(x / 5000)
+    y[123_457] = 50.0
+    y[[1000, 150_000]] = [np.nan, np.inf]
+    widget.add_curve("a", run_id="run-1")
+    widget.add_curve("b", run_id="run-2")
+    for lo in range(0, N, 20_000):  # many appends, one coalesced redraw
+        widget.append("a", x[lo:lo + 20_000], y[lo:lo + 20_000])
+        widget.append("b", x[lo:lo + 20_000], -y[lo:lo + 20_000])
+    qtbot.waitUntil(lambda: widget.curves["a"].raw.xData is not None, timeout=2000)
+    return widget
+
+
+def drawn(item):
+    xs, ys = item.getData()
+    return np.asarray(xs), np.asarray(ys)
+
+
+def test_curves_hold_the_spike_with_few_points_per_pixel(chart):
+    xs, ys = drawn(chart.curves["a"].raw)
+    pixels = chart.getPlotItem().getViewBox().width()
+    assert len(xs) <= 4 * pixels
+    assert np.nanmax(ys) == 50.0
+    assert xs.min() == 0 and xs.max() >= N - 2 * N / pixels  # follows the data: all of it in view
+    _, ys_b = drawn(chart.curves["b"].raw)
+    assert np.nanmin(ys_b) == -50.0
+
+
+def test_zooming_in_redraws_from_the_series(chart, qtbot):
+    chart.getPlotItem().getViewBox().setXRange(123_000, 124_000, padding=0)
+    qtbot.waitUntil(lambda: drawn(chart.curves["a"].raw)[0].min() >= 122_000, timeout=2000)
+    xs, ys = drawn(chart.curves["a"].raw)
+    assert np.nanmax(ys) == 50.0 and xs.max() <= 124_100
+
+
+def test_nonfinite_values_are_gaps_with_markers(chart):
+    _, ys = drawn(chart.curves["a"].raw)
+    assert np.isnan(ys).sum() >= 2
+    marks = chart.markers.getData()[0]
+    assert any(abs(m - 1000) < N / 100 for m in marks) and any(abs(m - 150_000) < N / 100 for m in marks)
+
+
+def test_smoothing_and_log_y_toggle(chart, qtbot):
+    chart.set_smoothing(0.9)
+    chart.flush()
+    smooth = chart.curves["a"].smooth
+    assert smooth.isVisible() and len(drawn(smooth)[0]) > 0
+    assert chart.curves["a"].raw.opts["pen"].color().alpha() < 255
+    chart.set_smoothing(0.0)
+    chart.flush()
+    assert not smooth.isVisible() and chart.curves["a"].raw.opts["pen"].color().alpha() == 255
+    chart.set_log_y(True)
+    chart.flush()
+    assert chart.getPlotItem().ctrl.logYCheck.isChecked()
+    _, ys = chart.curves["a"].raw.getData()  # display data: log10 of the values
+    assert np.isclose(np.nanmax(ys), np.log10(50.0))
+    chart.set_log_y(False)
+
+
+def test_crosshair_readout_and_stable_colors(chart):
+    text = chart.readout(123_457.2)
+    assert "a: 50" in text and "b: -50" in text
+    assert color_for("run-1") == chart.curves["a"].color == color_for("run-1")
+    assert color_for("run-1") in PALETTE

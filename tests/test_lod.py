@@ -1,0 +1,165 @@
+"""gui.lod: per-pixel min/max views are exact at every zoom, NaN/Inf are gaps, memory fits."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gui.lod import Ema, Series, ema
+
+N = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def big():
+    rng = np.random.default_rng(7)
+    x = np.arange(N, dtype=np.float64)
+    y = np.cumsum(rng.normal(size=N))
+    y[rng.integers(0, N, 20)] = np.nan
+    y[rng.integers(0, N, 5)] = np.inf
+    y[rng.integers(0, N, 5)] = -np.inf
+    s = Series()
+    s.append(x, y)
+    return s, x, y
+
+
+def visible(xs, ys, x0, x1):
+    inside = (xs >= x0) & (xs <= x1)  # view() adds one neighbour point on each side
+    return ys[inside]
+
+
+def finite_extremes(y):
+    f = y[np.isfinite(y)]
+    return f.min(), f.max()
+
+
+def test_min_and_max_of_every_visible_range_are_exact(big):
+    s, x, y = big
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        a, b = np.sort(rng.integers(0, N, 2))
+        x0, x1 = a + rng.random(), b + rng.random()  # ranges need not start on a point
+        pixels = int(rng.integers(1, 3000))
+        xs, ys = s.view(x0, x1, pixels)
+        ref = y[(x >= x0) & (x <= x1)]
+        if not np.isfinite(ref).any():
+            continue
+        shown = visible(xs, ys, x0, x1)
+        assert (np.nanmin(shown), np.nanmax(shown)) == finite_extremes(ref), (x0, x1, pixels)
+        assert len(xs) <= 3 * pixels + 2
+
+
+def test_exact_with_uneven_x_like_wall_time_with_pauses():
+    rng = np.random.default_rng(2)
+    n = 300_000
+    dt = rng.exponential(1.0, n)
+    dt[rng.integers(0, n, 30)] = 1e5  # the run was paused: long empty stretches of x
+    x = np.cumsum(dt)
+    y = rng.normal(size=n)
+    y[rng.integers(0, n, 10)] = np.nan
+    s = Series()
+    s.append(x, y)
+    for _ in range(100):
+        x0, x1 = np.sort(rng.uniform(x[0], x[-1], 2))
+        pixels = int(rng.integers(50, 2000))
+        xs, ys = s.view(x0, x1, pixels)
+        ref = y[(x >= x0) & (x <= x1)]
+        if not np.isfinite(ref).any():
+            continue
+        shown = visible(xs, ys, x0, x1)
+        assert (np.nanmin(shown), np.nanmax(shown)) == finite_extremes(ref), (x0, x1, pixels)
+        assert len(xs) <= 3 * pixels + 2
+
+
+def test_a_single_spike_survives_at_500_pixels():
+    y = np.zeros(N)
+    y[654_321] = 1e6
+    y[123_456] = -1e6
+    s = Series()
+    s.append(np.arange(N, dtype=float), y)
+    xs, ys = s.view(0, N - 1, 500)
+    assert len(xs) <= 2 * 500 + 2
+    assert ys.max() == 1e6 and ys.min() == -1e6
+    assert abs(xs[ys.argmax()] - 654_321) <= N / 500  # drawn in the right pixel column
+
+
+def test_small_chunks_equal_one_big_append(big):
+    s, x, y = big
+    m = 200_000
+    pieces = Series()
+    rng = np.random.default_rng(3)
+    cuts = np.sort(rng.integers(0, m, 400))
+    for xs, ys in zip(np.split(x[:m], cuts), np.split(y[:m], cuts)):
+        pieces.append(xs, ys)
+    one = Series()
+    one.append(x[:m], y[:m])
+    for x0, x1, px in [(0, m, 700), (1234.5, 98765.4, 333), (m - 5000, m, 100), (10, 50, 800)]:
+        for got, want in zip(pieces.view(x0, x1, px), one.view(x0, x1, px)):
+            np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(pieces.nonfinite(0, m), one.nonfinite(0, m))
+
+
+def test_out_of_order_appends_keep_every_point_sorted():
+    s = Series()
+    s.append(np.arange(0, 100.0), np.arange(0, 100.0))
+    s.append(np.arange(50, 80.0), -np.arange(50, 80.0))  # a run resumed from a checkpoint
+    assert len(s) == 130 and (np.diff(s.x) >= 0).all()
+    xs, ys = s.view(0, 100, 10)  # decimated: 130 points on 10 pixels
+    assert ys.min() == -79 and ys.max() == 99
+
+
+def test_nan_and_inf_are_gaps_and_marked():
+    x = np.arange(10_000, dtype=float)
+    y = np.ones_like(x)
+    y[[100, 5000, 7000]] = [np.nan, np.inf, -np.inf]
+    s = Series()
+    s.append(x, y)
+    np.testing.assert_array_equal(s.nonfinite(0, 9999), [100, 5000, 7000])
+    np.testing.assert_array_equal(s.nonfinite(200, 6000), [5000])
+    for pixels in (50, 20_000):  # decimated and raw paths
+        xs, ys = s.view(0, 9999, pixels)
+        assert not np.isinf(ys).any()
+        gaps = xs[np.isnan(ys)]
+        for bad in (100, 5000, 7000):
+            assert np.any(np.abs(gaps - bad) <= 10_000 / pixels + 1), (pixels, bad)
+        assert np.nanmax(ys) == 1 and np.nanmin(ys) == 1
+
+
+def test_memory_per_point_within_budget(big):
+    s, _, _ = big
+    assert s.nbytes / len(s) <= 24
+    grown = Series()  # many appends: capacity slack counts too
+    for i in range(1000):
+        grown.append(np.arange(i * 1000, (i + 1) * 1000, dtype=float), np.ones(1000))
+    assert grown.nbytes / len(grown) <= 24
+
+
+def reference_ema(values, alpha):
+    """TensorBoard's smoothing loop (vz_line_chart2), non-finite values passed through."""
+    last, count, out = 0.0, 0, []
+    for v in values:
+        if not math.isfinite(v):
+            out.append(v)
+            continue
+        last = last * alpha + (1 - alpha) * v
+        count += 1
+        out.append(last / (1 - alpha ** count))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 0.99])
+def test_ema_matches_tensorboard_in_chunks(alpha):
+    rng = np.random.default_rng(5)
+    y = rng.normal(size=5000) * 10 + np.arange(5000)
+    y[[0, 17, 2500]] = [np.nan, np.inf, np.nan]
+    want = reference_ema(y, alpha)
+    s = Series()
+    smooth = Ema(s, alpha)
+    for lo in range(0, 5000, 333):
+        s.append(np.arange(lo, min(lo + 333, 5000), dtype=float), y[lo:lo + 333])
+        smooth.update()
+    np.testing.assert_allclose(smooth.series.y, want, rtol=1e-9, atol=1e-9)
+    whole, _, _ = ema(y, alpha)
+    np.testing.assert_allclose(whole, want, rtol=1e-9, atol=1e-9)
