@@ -193,5 +193,10 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
+def passed(data: dict) -> bool:
+    """The memory budget holds (every frame painted is checked while measuring)."""
+    return data["results"]["(a) app ChartWidget"]["bytes_per_point"] <= 24
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(0 if passed(main()) else 1)

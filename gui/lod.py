@@ -3,12 +3,18 @@
 A chart of 10M points cannot re-scan every point per frame (pyqtgraph's own peak downsampling
 does). ``Series`` keeps, next to the raw points, the NaN-aware min and max of every bucket of
 8, 64, 512, ... points. ``view(x0, x1, pixels)`` answers each pixel column's exact min and max
-from fewer than 16 buckets per level, so a single spike among millions of points stays visible
-at every zoom (DESIGN.md invariant 3: every point is kept; no sampling).
+from a few buckets of one level (column edges moved onto bucket edges, by less than half a
+column), and the two edge columns exactly down to the raw points, so the visible range's
+extremes are exact and a single spike among millions of points stays visible at every zoom
+(DESIGN.md invariant 3: every point is kept; no sampling).
 
 Non-finite values (NaN, +-Inf) are stored as they came. The pyramid and ``view()`` skip them
 (a chart cannot place Inf), ``view()`` breaks the line at them (a NaN in the output, drawn as a
 gap with ``connect='finite'``), and ``nonfinite()`` gives their x positions so they can be marked.
+
+Memory: x and y are 16 B per point; the pyramid adds 16 B per 8 points over all levels
+(2.3 B), the x[::16] index 0.5 B, and capacity grows by 1.25x, not 2x: at most ~23.5 B per
+point, ~19-22 B in practice (``nbytes``). A smoothed copy (``Ema``) is a second Series.
 
 x must be finite and is kept sorted: an append that goes backwards (a run resumed from a
 checkpoint re-logs old steps) is merged in with a stable sort, so every point is kept, equal x
@@ -23,8 +29,8 @@ import numpy as np
 FANOUT = 8  # points per bucket at level 1; each level up groups FANOUT buckets of the level below
 GROWTH = 1.25  # capacity growth factor: amortized O(1) appends with at most 25 % slack (memory budget)
 _MIN_CAPACITY = 64
-_FAST_ENTRIES = 64
-STRIDE = 16  # every STRIDE-th x is kept in a small index: column edges are found in cache  # a column spanning more entries of its level goes through _range_minmax
+_FAST_ENTRIES = 64  # a column spanning more entries of its level goes through _range_minmax
+STRIDE = 16  # every STRIDE-th x is kept in a small index: column edges are found in cache
 
 
 class _Buffer:
@@ -304,6 +310,7 @@ class Series:
         return mins, maxs
 
     def _pieces_minmax(self, level: int, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Min and max of entries s:e of one level (0: raw y) per sorted disjoint piece; NaN if empty."""
         pmin = np.full(len(s), np.nan)
         pmax = np.full(len(s), np.nan)
         filled = s < e

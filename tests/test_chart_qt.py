@@ -88,3 +88,37 @@ def test_crosshair_readout_and_stable_colors(chart):
     assert "a: 50" in text and "b: -50" in text
     assert color_for("run-1") == chart.curves["a"].color == color_for("run-1")
     assert color_for("run-1") in PALETTE
+
+
+def test_many_appends_make_one_redraw(qtbot):
+    widget = ChartWidget()
+    qtbot.addWidget(widget)
+    widget.show()
+    qtbot.waitExposed(widget)
+    widget.add_curve("a")
+    qtbot.wait(100)  # let the first show/resize redraws pass
+    redraws = []
+    widget.curves["a"].raw.sigPlotChanged.connect(lambda *_: redraws.append(1))
+    for i in range(50):
+        widget.append("a", [float(i)], [float(i)])
+    qtbot.waitUntil(lambda: len(redraws) > 0, timeout=2000)
+    qtbot.wait(100)
+    assert len(redraws) == 1
+    assert len(drawn(widget.curves["a"].raw)[0]) == 50
+
+
+def test_zoom_stops_following_until_asked(chart, qtbot):
+    vb = chart.getPlotItem().getViewBox()
+    vb.setXRange(1000, 2000, padding=0)
+    chart.append("a", np.arange(N, N + 1000, dtype=float), np.zeros(1000))
+    chart.flush()
+    assert vb.viewRange()[0] == [1000, 2000]
+    chart.set_follow(True)
+    chart.flush()
+    assert vb.viewRange()[0][1] == N + 999
+
+
+def test_mouse_move_shows_the_readout(chart):
+    vb = chart.getPlotItem().getViewBox()
+    chart.scene().sigMouseMoved.emit(vb.sceneBoundingRect().center())
+    assert chart.readout_label.toPlainText().startswith("x = ")

@@ -61,6 +61,8 @@ def test_exact_with_uneven_x_like_wall_time_with_pauses():
     y[rng.integers(0, n, 10)] = np.nan
     s = Series()
     s.append(x, y)
+    order = np.argsort(y)  # y values are distinct: a value tells which point it was
+    sorted_y = y[order]
     for _ in range(100):
         x0, x1 = np.sort(rng.uniform(x[0], x[-1], 2))
         pixels = int(rng.integers(50, 2000))
@@ -71,6 +73,10 @@ def test_exact_with_uneven_x_like_wall_time_with_pauses():
         shown = visible(xs, ys, x0, x1)
         assert (np.nanmin(shown), np.nanmax(shown)) == finite_extremes(ref), (x0, x1, pixels)
         assert len(xs) <= 3 * pixels + 2
+        drawn = np.isfinite(ys)  # every drawn value is a real point, drawn near its own x
+        where = np.searchsorted(sorted_y, ys[drawn])
+        assert (sorted_y[where] == ys[drawn]).all()
+        assert (np.abs(x[order[where]] - xs[drawn]) <= 2 * (x1 - x0) / pixels).all()
 
 
 def test_a_single_spike_survives_at_500_pixels():
@@ -86,7 +92,7 @@ def test_a_single_spike_survives_at_500_pixels():
 
 
 def test_small_chunks_equal_one_big_append(big):
-    s, x, y = big
+    _, x, y = big
     m = 200_000
     pieces = Series()
     rng = np.random.default_rng(3)
@@ -106,7 +112,7 @@ def test_out_of_order_appends_keep_every_point_sorted():
     s.append(np.arange(0, 100.0), np.arange(0, 100.0))
     s.append(np.arange(50, 80.0), -np.arange(50, 80.0))  # a run resumed from a checkpoint
     assert len(s) == 130 and (np.diff(s.x) >= 0).all()
-    xs, ys = s.view(0, 100, 10)  # decimated: 130 points on 10 pixels
+    _, ys = s.view(0, 100, 10)  # decimated: 130 points on 10 pixels
     assert ys.min() == -79 and ys.max() == 99
 
 

@@ -65,10 +65,10 @@ class ChartWidget(pg.PlotWidget):
         self.markers = pg.ScatterPlotItem(symbol="|", size=10, pen=pg.mkPen(MARKER_COLOR, width=2),
                                           brush=None)
         plot.addItem(self.markers, ignoreBounds=True)
-        self._vline = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888", style=QtCore.Qt.DashLine))
-        self._label = pg.TextItem(anchor=(0, 0))
+        self._vline = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888", style=QtCore.Qt.PenStyle.DashLine))
+        self.readout_label = pg.TextItem(anchor=(0, 0))
         plot.addItem(self._vline, ignoreBounds=True)
-        plot.addItem(self._label, ignoreBounds=True)
+        plot.addItem(self.readout_label, ignoreBounds=True)
         self.scene().sigMouseMoved.connect(self._mouse_moved)
 
     def add_curve(self, name: str, run_id: str | None = None) -> Series:
@@ -80,12 +80,14 @@ class ChartWidget(pg.PlotWidget):
         raw = pg.PlotDataItem(pen=pg.mkPen(color), connect="finite", name=name)
         self.addItem(raw)
         self.addItem(smooth)
-        curve = _Curve(Series(), color, raw, smooth)
+        series = Series()
+        curve = _Curve(series, color, raw, smooth, Ema(series, self._smoothing) if self._smoothing else None)
         self.curves[name] = curve
         self._style(curve)
         return curve.series
 
     def append(self, name: str, xs: np.ndarray, ys: np.ndarray) -> None:
+        """Add points to a curve; the redraw comes from the coalescing timer."""
         self.curves[name].series.append(xs, ys)
         self.schedule_redraw()
 
@@ -100,7 +102,8 @@ class ChartWidget(pg.PlotWidget):
             self.redraw()
 
     def set_smoothing(self, alpha: float) -> None:
-        """TensorBoard-style EMA weight in [0, 1); 0 turns smoothing off."""
+        """TensorBoard-style EMA weight in [0, 1); 0 turns smoothing off. The smoothed copy
+        is a second Series per curve, so smoothing doubles the curves' memory while it is on."""
         self._smoothing = alpha
         for curve in self.curves.values():
             curve.ema = Ema(curve.series, alpha) if alpha > 0 else None
@@ -108,6 +111,7 @@ class ChartWidget(pg.PlotWidget):
         self.schedule_redraw()
 
     def set_log_y(self, on: bool) -> None:
+        """Log y axis; pyqtgraph takes log10 of what view() returned (min/max survive log)."""
         self.getPlotItem().setLogMode(x=False, y=on)
         self.schedule_redraw()
 
@@ -119,7 +123,7 @@ class ChartWidget(pg.PlotWidget):
 
     def _style(self, curve: _Curve) -> None:
         faint = pg.mkColor(curve.color)
-        faint.setAlpha(FAINT_ALPHA if curve.ema else 255)
+        faint.setAlpha(FAINT_ALPHA if curve.ema is not None else 255)
         curve.raw.setPen(pg.mkPen(faint))
         curve.smooth.setVisible(curve.ema is not None)
 
@@ -137,7 +141,7 @@ class ChartWidget(pg.PlotWidget):
         if self._follow:
             self._fit_x()
         (x0, x1), _ = self._vb.viewRange()
-        pixels = max(int(self._vb.width()), 1)
+        pixels = max(int(self._vb.width() * self.devicePixelRatioF()), 1)  # device pixels
         bad = []
         for curve in self.curves.values():
             curve.raw.setData(*curve.series.view(x0, x1, pixels))
@@ -184,6 +188,6 @@ class ChartWidget(pg.PlotWidget):
             return
         x = self._vb.mapSceneToView(pos).x()
         self._vline.setPos(x)
-        self._label.setText(self.readout(x))
+        self.readout_label.setText(self.readout(x))
         (x0, _), (_, y1) = self._vb.viewRange()
-        self._label.setPos(x0, y1)
+        self.readout_label.setPos(x0, y1)
