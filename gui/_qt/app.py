@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelectionModel, QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QAbstractItemView, QApplication, QInputDialog, QLabel, QLineEdit, QMainWindow,
                                QMessageBox, QPlainTextEdit, QSplitter, QStackedWidget, QTableView, QTabWidget,
@@ -72,6 +72,8 @@ class MainWindow(QMainWindow):
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.ExtendedSelection)
         self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setWordWrap(False)
         self.table.selectionModel().selectionChanged.connect(self._on_select)
         left = QWidget()
         column = QVBoxLayout(left)
@@ -93,6 +95,7 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.center)
         self.splitter.setStretchFactor(1, 3)
+        self.splitter.setSizes([440, 840])
         self.setCentralWidget(self.splitter)
 
         bar = QToolBar("Run control", objectName="control")
@@ -155,6 +158,7 @@ class MainWindow(QMainWindow):
         selected = self.runs.selected()
         self.table_model.refresh()
         self._reselect(selected)
+        self.table.resizeColumnsToContents()
         self.center.setCurrentWidget(self.tabs if self.links.agents() or self.runs.rows() else self.empty)
         self.charts.redraw()
         self.status_label.setText("   ".join(_health_text(h) for h in self.health.values()) or "no agents")
@@ -177,10 +181,10 @@ class MainWindow(QMainWindow):
         model = self.table.selectionModel()
         model.blockSignals(True)
         self.table.clearSelection()
+        flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
         for i in range(self.table_model.rowCount()):
             if self.table_model.row_at(i).key in keys:
-                self.table.selectRow(i) if len(keys) == 1 else model.select(
-                    self.table_model.index(i, 0), model.Select | model.Rows)
+                model.select(self.table_model.index(i, 0), flags)
         model.blockSignals(False)
         for key in keys:
             self.runs.select(key)
