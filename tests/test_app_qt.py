@@ -80,3 +80,29 @@ def test_live_run_is_listed_charted_and_paused_from_the_ui(window, qtbot, tmp_pa
         if trainer.poll() is None:
             trainer.kill()
         w.close()
+
+
+def test_two_runs_selected_are_overlaid_and_stay_selected(window, qtbot, agent_proc):
+    import agent
+
+    ids = []
+    for name, scale in (("lr-a", 1.0), ("lr-b", 2.0)):
+        run = agent.init(project="cmp", name=name, agent=agent_proc.url, config={"lr": scale})
+        for step in range(50):
+            run.log({"reward/mean": scale * step}, step=step)
+        assert run.finish()
+        ids.append(run.id)
+    w = window([agent_proc.url])
+    try:
+        qtbot.waitUntil(lambda: w.table_model.rowCount() == 2, timeout=15000)
+        w.table.selectAll()
+        qtbot.waitUntil(lambda: "reward/mean" in w.charts.charts
+                        and set(w.charts.charts["reward/mean"].curves) == set(ids), timeout=10000)
+        curves = w.charts.charts["reward/mean"].curves
+        assert len({c.color for c in curves.values()}) == 2  # a color per run
+        assert sorted(curves[ids[1]].series.y.tolist()) == [2.0 * s for s in range(50)]
+        w._schedule()
+        qtbot.wait(200)  # a redraw re-reads the table: the comparison must survive it
+        assert len(w.table.selectionModel().selectedRows()) == 2
+    finally:
+        w.close()

@@ -71,11 +71,11 @@ class ChartWidget(pg.PlotWidget):
         plot.addItem(self.readout_label, ignoreBounds=True)
         self.scene().sigMouseMoved.connect(self._mouse_moved)
 
-    def add_curve(self, name: str, run_id: str | None = None) -> Series:
-        """A new empty curve colored by ``run_id`` (default: its name); returns its Series."""
+    def add_curve(self, name: str, run_id: str | None = None, color: str | None = None) -> Series:
+        """A new empty curve, colored ``color`` or by a hash of ``run_id`` (default: its name)."""
         if name in self.curves:
             raise ValueError(f"curve {name!r} exists")
-        color = color_for(run_id or name)
+        color = color or color_for(run_id or name)
         smooth = pg.PlotDataItem(pen=pg.mkPen(color, width=1.5), connect="finite")
         raw = pg.PlotDataItem(pen=pg.mkPen(color), connect="finite", name=name)
         self.addItem(raw)

@@ -15,7 +15,7 @@ from agent.protocol import KIND_METRIC
 
 from ..local_store import LocalStore
 from ..models import RunKey, metric_groups
-from .chart import ChartWidget
+from .chart import PALETTE, ChartWidget
 
 COLUMNS = 2
 CHART_HEIGHT = 240
@@ -88,9 +88,9 @@ class ChartsPanel(QWidget):
             chart.setMinimumHeight(CHART_HEIGHT)
             chart.setTitle(metric)
             self._style(chart)
-        name = f"{key[1]}"
-        if name not in chart.curves:
-            chart.add_curve(name, run_id=key[1])
+        name = key[1]
+        if name not in chart.curves:  # compared runs get distinct colors, the same in every chart
+            chart.add_curve(name, color=PALETTE[self.keys.index(key) % len(PALETTE)])
         chart.append(name, steps.astype(float), vals)
         return new
 
