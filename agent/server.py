@@ -393,6 +393,7 @@ class Agent(CommandDesk):
 
     def _op_ping(self, args: dict) -> dict:
         return {"version": __version__, "host": self.host, "head": self.store.head, "pid": os.getpid(),
+                "journal": self.store.journal_id,
                 "gpus": self.sampler.gpu_count, "bad_frames": self.bad_frames}
 
     def _op_runs(self, args: dict) -> list[dict]:

@@ -11,6 +11,7 @@ is updated in the same transaction as the data it covers.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -59,6 +60,7 @@ class Store:
         self.db.execute("PRAGMA synchronous=NORMAL")  # survives a killed process; see README
         self.db.execute("PRAGMA busy_timeout=5000")
         self._create_tables()
+        self.journal_id = self._journal_id()
         self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
         self.max_seq = {(r, k): s for r, k, s in self.db.execute("SELECT run, rank, max_seq FROM streams")}
         self.summaries: dict[str, dict] = {}
@@ -75,6 +77,7 @@ class Store:
             "ended": float, "last_step": int, "summary": bytes, "dropped_records": int,
             "dropped_points": int, "lost_records": int, "schema": bytes,
         }, pk="id", if_not_exists=True)
+        db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
         db["commands"].create({
             "cid": str, "run": str, "cmd": str, "args": bytes, "who": bytes, "sent": float, "state": str,
             "step": int, "detail": str, "applied": bytes, "updated": float,
@@ -87,6 +90,15 @@ class Store:
             "steps": bytes, "vals": bytes, "times": bytes, "body": bytes,
         }, pk="id", if_not_exists=True)
         db["journal"].create_index(["run", "kind", "metric", "id"], if_not_exists=True)
+
+    def _journal_id(self) -> str:
+        """Names this journal: entry ids restart in a new one, so readers must not reuse cursors."""
+        row = self.db.execute("SELECT value FROM meta WHERE key='journal_id'").fetchone()
+        if row is not None:
+            return row[0]
+        journal_id = uuid.uuid4().hex
+        self.db.execute("INSERT INTO meta VALUES ('journal_id', ?)", [journal_id])
+        return journal_id
 
     # --- transactions -------------------------------------------------------------------
 

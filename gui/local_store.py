@@ -59,7 +59,8 @@ class LocalStore:
     def _create_tables(self) -> None:
         db = self.db
         with self._transaction():  # one writer at a time: links and the UI open the file together
-            db["agents"].create({"url": str, "name": str, "added": float, "cursor": int, "remembered": int},
+            db["agents"].create({"url": str, "name": str, "added": float, "cursor": int, "remembered": int,
+                                 "journal": str},
                                 pk="url", defaults={"cursor": 0, "remembered": 1}, not_null={"cursor"},
                                 if_not_exists=True)
             db["runs"].create({"agent": str, "id": str, "project": str, "name": str, "kind": str,
@@ -96,6 +97,23 @@ class LocalStore:
         """The remembered agents, oldest first: url, name, added, cursor."""
         return list(self.db.query("SELECT url, name, added, cursor FROM agents WHERE remembered=1 "
                                   "ORDER BY added, url"))
+
+    def adopt_journal(self, url: str, journal: str) -> bool:
+        """Check the agent still serves the journal our cursor belongs to.  If it was wiped or
+        replaced (its ids restart), the old data moves to ``URL#<old id>`` (still browsable),
+        the cursor restarts at 0, and True says the caller must follow from there."""
+        with self._transaction():
+            row = self.db.execute("SELECT journal FROM agents WHERE url=?", [url]).fetchone()
+            old = row[0] if row else None
+            if old == journal:
+                return False
+            if old:
+                for table in ("entries", "runs"):
+                    self.db.execute(f"UPDATE {table} SET agent=? WHERE agent=?", [f"{url}#{old[:8]}", url])
+            self.db.execute("INSERT INTO agents (url, added, cursor, remembered, journal) VALUES (?, ?, 0, 0, ?) "
+                            "ON CONFLICT(url) DO UPDATE SET journal=excluded.journal, cursor=0",
+                            [url, time.time(), journal])
+            return bool(old)
 
     def cursor(self, url: str) -> int:
         row = self.db.execute("SELECT cursor FROM agents WHERE url=?", [url]).fetchone()

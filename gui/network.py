@@ -124,6 +124,11 @@ class AgentLink:
                     self._note_behind(page.entries)
                 runs = None
                 if now >= next_runs and not self._stop.is_set():
+                    if self._journal_replaced(ask, store):
+                        pages.close()
+                        cursor = 0
+                        pages = feed.follow(after=0, idle=self.poll)
+                        continue
                     runs, heard = self._refresh_runs(ask, store, heard)
                     next_runs = time.monotonic() + self.runs_every
                 while rate and rate[0][0] < now - RATE_WINDOW:
@@ -136,6 +141,14 @@ class AgentLink:
                     self.on_health(self.health())
         finally:
             pages.close()
+
+    def _journal_replaced(self, ask: Client, store: LocalStore) -> bool:
+        """An agent restarted on a new data dir numbers entries from 1 again: start over."""
+        try:
+            journal = ask.ping().get("journal")
+        except AgentError:
+            return False
+        return bool(journal) and store.adopt_journal(self.url, journal)
 
     def _refresh_runs(self, ask: Client, store: LocalStore, heard: float) -> tuple[list[dict] | None, float]:
         sent = time.monotonic()

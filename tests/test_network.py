@@ -147,3 +147,34 @@ def test_links_add_and_remove(tmp_path):
     links.close()
     assert time.monotonic() - t < 2.0
     assert [(x["url"], x["name"]) for x in Links(path).agents()] == [(b, "node-b")]
+
+
+def test_an_agent_restarted_on_a_new_journal_is_followed_from_its_start(tmp_path):
+    from conftest import AgentProcess
+
+    port = free_port()
+    store_path = tmp_path / "app.sqlite"
+    first = AgentProcess(tmp_path / "journal-1", port).start()
+    link = AgentLink(first.url, store_path)
+    try:
+        old = start_trainer(tmp_path, TRAINER, first.url, "before", "50", "0", name="before")
+        old_id = old.stdout.readline().strip()
+        finish(old)
+        link.start()
+        store = LocalStore(store_path)
+        wait_until(lambda: complete(store, first.url, old_id, 50), what="the first journal")
+        first.stop()
+        second = AgentProcess(tmp_path / "journal-2", port).start()  # same URL, wiped data: ids restart
+        try:
+            new = start_trainer(tmp_path, TRAINER, second.url, "after", "30", "0", name="after")
+            new_id = new.stdout.readline().strip()
+            finish(new)
+            wait_until(lambda: complete(store, second.url, new_id, 30), timeout=20, what="the new journal")
+            moved = [r for r in store.runs() if r["id"] == old_id]
+            assert len(moved) == 1 and moved[0]["agent"].startswith(first.url + "#")  # still browsable
+            assert len(store.series(moved[0]["agent"], old_id, "loss")[0]) == 50
+        finally:
+            second.stop()
+    finally:
+        link.stop()
+        first.stop()
