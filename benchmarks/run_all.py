@@ -1,10 +1,11 @@
-"""Run every benchmark with its defaults, one after the other (about four minutes in all).
+"""Run every benchmark with its defaults, one after the other (about five minutes in all).
 
     python benchmarks/run_all.py
 """
 
 from __future__ import annotations
 
+import bench_app
 import bench_chart
 import bench_log
 import bench_store
@@ -15,7 +16,7 @@ import bench_throughput
 def main() -> bool:
     """True if every benchmark's own check (delivery, zero loss) passed."""
     ok = True
-    for bench in (bench_log, bench_throughput, bench_store, bench_sync, bench_chart):
+    for bench in (bench_log, bench_throughput, bench_store, bench_sync, bench_chart, bench_app):
         print(f"\n=== {bench.__name__} ===\n", flush=True)
         ok = bench.passed(bench.main([])) and ok
     return ok
