@@ -143,10 +143,6 @@ class LocalStore:
     def _transaction(self) -> "_Transaction":
         return _Transaction(self.db)
 
-    def snapshot(self) -> "_Transaction":
-        """Reads inside see one consistent state (WAL), e.g. a cursor and the history it covers."""
-        return _Transaction(self.db)
-
     # --- reading -------------------------------------------------------------------------
 
     @contextlib.contextmanager

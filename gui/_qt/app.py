@@ -13,7 +13,7 @@ from typing import Any
 
 from PySide6.QtCore import QItemSelectionModel, QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QAbstractItemView, QApplication, QInputDialog, QLabel, QLineEdit, QMainWindow,
+from PySide6.QtWidgets import (QAbstractItemView, QApplication, QFileDialog, QInputDialog, QLabel, QLineEdit, QMainWindow,
                                QMessageBox, QPlainTextEdit, QSplitter, QStackedWidget, QTableView, QTabWidget,
                                QToolBar, QVBoxLayout, QWidget)
 
@@ -23,7 +23,11 @@ from ..local_store import LocalStore
 from ..models import RunKey, RunsModel
 from ..network import Health, Links
 from .charts import ChartsPanel
+from .config import ConfigPanel
+from .export import export_chart_png, export_run_csv
+from .rollouts import RolloutsPanel
 from .runs_table import RunsTableModel
+from .system import SystemPanel
 
 REDRAW_MS = 30
 EMPTY = ("No agents yet: run `pilothouse agent` on a node, then add it here (Agents → Add agent…, "
@@ -59,6 +63,7 @@ class MainWindow(QMainWindow):
         self.bridge.answered.connect(self._on_answer)
         self.redraw = QTimer(self, singleShot=True, interval=REDRAW_MS, timeout=self._redraw)
         self.links.start()
+        self.system.show_agents(self.store)
         self._schedule()
         self._restore_layout()
 
@@ -82,10 +87,14 @@ class MainWindow(QMainWindow):
         column.addWidget(self.table)
 
         self.charts = ChartsPanel()
+        self.system = SystemPanel()
+        self.rollouts = RolloutsPanel()
+        self.config = ConfigPanel()
         self.events = QPlainTextEdit(readOnly=True)
         self.tabs = QTabWidget()
-        self.tabs.addTab(self.charts, "Charts")
-        self.tabs.addTab(self.events, "Events")
+        for widget, title in ((self.charts, "Charts"), (self.system, "System"), (self.rollouts, "Rollouts"),
+                              (self.config, "Config"), (self.events, "Events")):
+            self.tabs.addTab(widget, title)
         self.empty = QLabel(EMPTY, alignment=Qt.AlignCenter, wordWrap=True)
         self.center = QStackedWidget()
         self.center.addWidget(self.tabs)
@@ -107,6 +116,10 @@ class MainWindow(QMainWindow):
                 act.setShortcut(QKeySequence(keys))
             bar.addAction(act)
             self.actions[name] = act
+        files = self.menuBar().addMenu("&File")
+        files.addAction(QAction("Export run as &CSV…", self, shortcut=QKeySequence("Ctrl+E"),
+                                triggered=self._export_csv))
+        files.addAction(QAction("Save charts as &PNG…", self, triggered=self._export_png))
         agents = self.menuBar().addMenu("&Agents")
         agents.addAction(QAction("&Add agent…", self, shortcut=QKeySequence("Ctrl+N"), triggered=self._ask_agent))
         self.status_label = QLabel()
@@ -139,6 +152,8 @@ class MainWindow(QMainWindow):
         if runs is not None:
             self.runs.update_agent(url, runs)
         self.charts.add_entries(url, entries)
+        self.system.add_entries(url, entries)
+        self.rollouts.add_entries(url, entries)
         self._schedule()
 
     def _on_health(self, health: Health) -> None:
@@ -175,6 +190,8 @@ class MainWindow(QMainWindow):
         for key in keys:
             self.runs.select(key)
         self.charts.show_runs(keys, self.store)
+        self.rollouts.show_runs(keys, self.store)
+        self.config.show_runs(keys, self.store)
         self._show_events(keys[-1] if keys else None)
 
     def _reselect(self, keys: list[RunKey]) -> None:
@@ -225,6 +242,23 @@ class MainWindow(QMainWindow):
             text = f"{command} {answer['state']}: {answer.get('detail') or 'no answer yet; it stays queued'}"
         self.statusBar().showMessage(text, 10000)
         self._schedule()
+
+    def _export_csv(self) -> None:
+        keys = self.runs.selected()
+        if not keys:
+            self.statusBar().showMessage("select a run to export", 5000)
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Export run as CSV", f"{keys[-1][1]}.csv", "CSV (*.csv)")
+        if path:
+            n = export_run_csv(self.store, *keys[-1], path)
+            self.statusBar().showMessage(f"wrote {n} points to {path}", 10000)
+
+    def _export_png(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Save charts as PNG")
+        if folder:
+            for metric, chart in self.charts.charts.items():
+                export_chart_png(chart, Path(folder) / (metric.replace("/", "_") + ".png"))
+            self.statusBar().showMessage(f"saved {len(self.charts.charts)} charts to {folder}", 10000)
 
     def _ask_agent(self) -> None:
         url, ok = QInputDialog.getText(self, "Add agent", "Agent URL:", text="tcp://127.0.0.1:7766")

@@ -1,0 +1,187 @@
+"""The Config tab: flattened config keys (rows) x selected runs (columns), differences highlighted,
+and live edits of a running run's tunable hyperparameters.
+
+Why the edit goes through a confirm and a background thread: a change reaches a training
+process (it cannot be undone), and ``Client.command`` waits up to 30 s for the trainer's next
+sync, which must not freeze the window.  The answer comes back as a signal; on a rejection
+(or no answer) the cell returns to the value the run really has.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from agent.client import AgentError, Client
+from agent.tuning import parse_assignment
+
+from ..local_store import LocalStore
+from ..models import RunKey, config_diff, flatten
+
+DIFF_COLOR = QColor("#fff1b8")
+READ_ONLY_COLOR = QColor("#8a8a8a")
+MISSING = "—"
+SET_WAIT = 30.0  # seconds to wait for the trainer's answer; past that the change stays queued
+
+
+def ask_confirm(parent: QWidget, run: str, key: str, value: Any) -> bool:
+    """The default confirm step: a change reaches a live training process."""
+    answer = QMessageBox.question(parent, "Change hyperparameter",
+                                  f"Set {key} = {value!r} on the running run {run}?")
+    return answer == QMessageBox.StandardButton.Yes
+
+
+class ConfigPanel(QWidget):
+    answered = Signal(object, str, object, object)  # run key, config key, old value, record or error text
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.confirm: Callable[[QWidget, str, str, Any], bool] = ask_confirm  # tests skip the dialog
+        self.keys: list[RunKey] = []
+        self.configs: dict[RunKey, dict[str, Any]] = {}
+        self.rows: list[str] = []
+        self.tunable: set[str] = set()  # keys editable now: a single running run's schema keys
+        self.table = QTableWidget()
+        self.table.itemChanged.connect(self._on_item_changed)
+        self.table.currentCellChanged.connect(self._update_button)
+        self.edit_button = QPushButton("Edit…", enabled=False)
+        self.edit_button.clicked.connect(self._edit_current)
+        self.status = QLabel(wordWrap=True)
+        bar = QHBoxLayout()
+        bar.addWidget(self.edit_button)
+        bar.addWidget(self.status, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addWidget(self.table)
+        self.answered.connect(self._on_answer)
+
+    def show_runs(self, keys: list[RunKey], store: LocalStore) -> None:
+        """Show these runs' configs as the store has them (the agent updates them on each applied set)."""
+        runs = {(r["agent"], r["id"]): r for r in store.runs()}
+        self.keys = [k for k in keys if k in runs]
+        self.configs = {k: flatten(runs[k].get("config") or {}) for k in self.keys}
+        only = runs[self.keys[0]] if len(self.keys) == 1 else None
+        self.tunable = set(only.get("schema") or {}) if only and only.get("status") == "running" else set()
+        differ = config_diff({k: runs[k].get("config") or {} for k in self.keys})
+        self.rows = sorted(set().union(*self.configs.values())) if self.configs else []
+        table = self.table
+        table.blockSignals(True)
+        table.clear()
+        table.setRowCount(len(self.rows))
+        table.setColumnCount(len(self.keys))
+        table.setHorizontalHeaderLabels([_title(runs[k]) for k in self.keys])
+        table.setVerticalHeaderLabels(self.rows)
+        for r, name in enumerate(self.rows):
+            for c, key in enumerate(self.keys):
+                item = QTableWidgetItem(_text(self.configs[key].get(name, MISSING)))
+                flags = Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled
+                if name in self.tunable:
+                    flags |= Qt.ItemFlag.ItemIsEditable
+                elif not self._schema_key(runs[key], name):
+                    item.setForeground(QBrush(READ_ONLY_COLOR))
+                item.setFlags(flags)
+                if name in differ:
+                    item.setBackground(QBrush(DIFF_COLOR))
+                table.setItem(r, c, item)
+        table.blockSignals(False)
+        table.resizeColumnsToContents()
+        self._update_button()
+
+    def request_set(self, name: str, text: str) -> bool:
+        """Parse ``text`` like the CLI's key=value, confirm, and send it off the UI thread.
+        Returns False when nothing was sent (not editable, or not confirmed)."""
+        if name not in self.tunable or len(self.keys) != 1:
+            return False
+        key = self.keys[0]
+        old = self.configs[key].get(name)
+        _, value = parse_assignment(f"{name}={text.strip()}")
+        if not self.confirm(self, key[1], name, value):
+            self._show_value(name, old)
+            return False
+        self.status.setText(f"{name}={value!r}: waiting for the trainer's next sync…")
+        threading.Thread(target=self._send, args=(key, name, value, old), daemon=True).start()
+        return True
+
+    def _send(self, key: RunKey, name: str, value: Any, old: Any) -> None:
+        """On a worker thread: the only place the panel talks to an agent."""
+        try:
+            with Client(key[0], timeout=5) as client:
+                answer: Any = client.command(key[1], "set", values={name: value}, wait=SET_WAIT,
+                                             who={"client": "gui"})
+        except AgentError as exc:
+            answer = str(exc)
+        try:
+            self.answered.emit(key, name, old, answer)
+        except RuntimeError:  # the panel was deleted while the trainer was answering
+            pass
+
+    def _on_answer(self, key: RunKey, name: str, old: Any, answer: Any) -> None:
+        if isinstance(answer, str):
+            self.status.setText(f"{name} not changed: {answer}")
+        elif answer["state"] == "applied":
+            self.status.setText(answer.get("detail") or f"{name} applied at step {answer.get('step')}")
+        elif answer["state"] == "rejected":
+            self.status.setText(f"{name} rejected: {answer.get('detail')}")
+        else:
+            self.status.setText(answer.get("detail") or f"{name}: no answer within {SET_WAIT:g} s; "
+                                                        "it stays queued for the trainer's next sync")
+        if key not in self.keys:
+            return  # another selection is shown now
+        applied = answer.get("applied", {}) if isinstance(answer, dict) and answer["state"] == "applied" else {}
+        if name in applied:
+            self.configs[key][name] = applied[name]
+        self._show_value(name, self.configs[key].get(name, old))
+
+    def _on_item_changed(self, item: QTableWidgetItem) -> None:
+        self.request_set(self.rows[item.row()], item.text())
+
+    def _edit_current(self) -> None:
+        row = self.table.currentRow()
+        if row < 0 or self.rows[row] not in self.tunable:
+            return
+        name = self.rows[row]
+        text, ok = QInputDialog.getText(self, "Edit hyperparameter", f"New value of {name}:",
+                                        text=_text(self.configs[self.keys[0]].get(name)))
+        if ok:
+            self.request_set(name, text)
+
+    def _update_button(self, *_: object) -> None:
+        row = self.table.currentRow()
+        self.edit_button.setEnabled(0 <= row < len(self.rows) and self.rows[row] in self.tunable)
+
+    def _show_value(self, name: str, value: Any) -> None:
+        item = self.table.item(self.rows.index(name), 0)
+        self.table.blockSignals(True)
+        item.setText(_text(value))
+        self.table.blockSignals(False)
+
+    @staticmethod
+    def _schema_key(run: dict, name: str) -> bool:
+        return name in (run.get("schema") or {})
+
+
+def _title(run: dict) -> str:
+    name = "/".join(p for p in (run.get("project"), run.get("name")) if p)
+    return f"{name}\n{run['id']}" if name else run["id"]
+
+
+def _text(value: Any) -> str:
+    """Values as typed back by a user: true/false, numbers as repr, strings bare."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return value if isinstance(value, str) else repr(value)

@@ -1,0 +1,101 @@
+"""gui._qt.config: config comparison and live hyperparameter edits against a real agent and trainer."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+
+pytest.importorskip("pytestqt")
+pytest.importorskip("PySide6")
+
+from conftest import finish, start_trainer, wait_until  # noqa: E402
+
+import agent  # noqa: E402
+from agent.client import Client  # noqa: E402
+from gui._qt.config import DIFF_COLOR, READ_ONLY_COLOR, ConfigPanel  # noqa: E402
+from gui.local_store import LocalStore  # noqa: E402
+
+TRAINER = """
+run = agent.init(project="cfg", name="tuned", agent=URL, config={"lr": 1e-3, "batch": 32}, heartbeat=0.2)
+print(run.id, flush=True)
+for step in range(100000):
+    ctl = run.sync(step)
+    if ctl.stop:
+        break
+    if ctl.changes:
+        print(f"lr={run.config['lr']!r}", flush=True)
+    time.sleep(0.01)
+run.finish()
+"""
+
+
+def copy_runs(url: str, store: LocalStore) -> None:
+    """The app's store as a link leaves it: the agent's run list, as reported."""
+    with Client(url) as client:
+        store.put_runs(url, client.runs())
+
+
+@pytest.fixture
+def panel(qtbot):
+    widget = ConfigPanel()
+    widget.confirm = lambda *_: True
+    qtbot.addWidget(widget)
+    widget.show()
+    return widget
+
+
+def cell(panel: ConfigPanel, key: str, column: int = 0):
+    return panel.table.item(panel.rows.index(key), column)
+
+
+def test_differing_rows_are_highlighted(panel, agent_proc, tmp_path):
+    keys = []
+    for name, lr in (("a", 0.1), ("b", 0.2)):
+        run = agent.init(project="cmp", name=name, agent=agent_proc.url,
+                         config={"lr": lr, "batch": 32, "opt": {"beta": lr, "eps": 1e-8}})
+        assert run.finish()
+        keys.append((agent_proc.url, run.id))
+    store = LocalStore(tmp_path / "app.sqlite")
+    copy_runs(agent_proc.url, store)
+    panel.show_runs(keys, store)
+    assert panel.rows == ["batch", "lr", "opt.beta", "opt.eps"]
+    assert panel.table.columnCount() == 2
+    highlighted = {k for k in panel.rows if cell(panel, k).background().color() == DIFF_COLOR}
+    assert highlighted == {"lr", "opt.beta"}
+    assert cell(panel, "lr", 1).text() == "0.2"
+    assert cell(panel, "opt.eps").foreground().color() == READ_ONLY_COLOR  # nested: not tunable
+    assert cell(panel, "lr").foreground().color() != READ_ONLY_COLOR
+    assert not panel.tunable and not panel.request_set("lr", "0.5")  # two runs: nothing to edit
+
+
+def test_edit_lr_on_running_run_applies_and_bad_value_is_rejected(panel, qtbot, agent_proc, tmp_path):
+    trainer = start_trainer(tmp_path, TRAINER, agent_proc.url)
+    try:
+        run_id = trainer.stdout.readline().strip()
+        store = LocalStore(tmp_path / "app.sqlite")
+        with agent_proc.client() as client:
+            wait_until(lambda: any(r["id"] == run_id and r["status"] == "running" for r in client.runs()),
+                       what="running trainer")
+        copy_runs(agent_proc.url, store)
+        panel.show_runs([(agent_proc.url, run_id)], store)
+        assert panel.tunable == {"lr", "batch"}
+
+        cell(panel, "lr").setText("0.01")  # an in-place edit
+        qtbot.waitUntil(lambda: "applied at step" in panel.status.text(), timeout=15000)
+        assert trainer.stdout.readline().strip() == "lr=0.01"
+        assert cell(panel, "lr").text() == "0.01"
+
+        panel.request_set("lr", "nan")
+        qtbot.waitUntil(lambda: "rejected" in panel.status.text(), timeout=15000)
+        assert "finite" in panel.status.text()
+        assert cell(panel, "lr").text() == "0.01"  # the old value stays
+        with Client(agent_proc.url) as client:
+            assert next(r for r in client.runs() if r["id"] == run_id)["config"]["lr"] == 0.01
+            client.command(run_id, "stop")
+        assert "lr=" not in finish(trainer)  # the trainer saw no second change
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()

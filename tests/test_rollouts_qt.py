@@ -1,0 +1,123 @@
+"""The Rollouts panel offscreen, fed like the app: a real agent's journal in a real LocalStore."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from agent.client import Client
+from agent.protocol import KIND_ROLLOUTS
+from gui._qt.rollouts import CELL_CHARS, RolloutsPanel
+from gui.local_store import LocalStore
+
+PROMPTS = ("What is 2+2?", "Name a colour", "Capital of France")
+LONG = "because " * 100  # longer than a table cell
+
+
+def log_run(url: str, name: str, steps: range, answer: str):
+    """A trainer that logs three rollouts per step; returns the still open run."""
+    import agent
+
+    run = agent.init(project="rl", name=name, agent=url)
+    for step in steps:
+        run.log_rollouts(step, [{"prompt": p, "completion": f"{answer} {i} at {step} {LONG}", "reward": i / 2}
+                                for i, p in enumerate(PROMPTS)])
+    return run
+
+
+def sync(store: LocalStore, url: str, after: int = 0) -> list:
+    """What a network link does: every journal page after ``after`` into the store; the entries."""
+    entries = []
+    with Client(url) as client:
+        for page in client.history(after=after):
+            store.write_page(url, page.entries, page.cursor)
+            entries.extend(page.entries)
+    return entries
+
+
+@pytest.fixture
+def panel(qtbot):
+    p = RolloutsPanel()
+    qtbot.addWidget(p)
+    p.show()
+    return p
+
+
+def completions(panel: RolloutsPanel, column: int = 2) -> list[str]:
+    return [panel.model.cells(i)[column] for i in range(panel.model.rowCount())]
+
+
+def test_steps_search_filter_sort_and_live_rollouts(panel, agent_proc, tmp_path):
+    run = log_run(agent_proc.url, "solo", range(0, 50, 10), "ans")
+    assert run.flush()
+    store = LocalStore(tmp_path / "app.sqlite")
+    history = sync(store, agent_proc.url)
+    assert len([e for e in history if e.kind == KIND_ROLLOUTS]) == 5
+    panel.show_runs([(agent_proc.url, run.id)], store)
+    assert panel.steps() == [0, 10, 20, 30, 40] and panel.current_step() == 40  # opens on the latest
+
+    panel.set_step(20)
+    assert [c.split(" ")[3] for c in completions(panel)] == ["20"] * 3  # that step's rows
+    panel.step_box.setValue(25)  # no rollouts at 25: the step at or below it
+    assert panel.current_step() == 20 and panel.step_box.value() == 20
+    cell = completions(panel)[0]
+    assert len(cell) == CELL_CHARS and cell.endswith("…")  # elided in the table ...
+    panel.table.selectRow(0)
+    assert LONG.strip() in panel.detail.toPlainText()  # ... in full below
+
+    panel.search.setText("COLOUR")  # searches every step
+    assert [panel.model.lines[i][0] for i in range(panel.model.rowCount())] == [0, 10, 20, 30, 40]
+    assert not panel.slider.isEnabled()
+    panel.search.setText("")
+    panel.reward_min.setText("0.5")
+    assert [panel.model.cells(i)[3] for i in range(panel.model.rowCount())] == ["0.5", "1"]
+    panel.reward_min.setText("")
+    panel.order.setCurrentIndex(panel.order.findData("desc"))
+    assert [panel.model.cells(i)[3] for i in range(panel.model.rowCount())] == ["1", "0.5", "0"]
+
+    cursor = store.cursor(agent_proc.url)  # the floor show_runs took
+    for step in (50, 60):
+        run.log_rollouts(step, [{"prompt": "late", "completion": "new", "reward": 1.0}])
+    assert run.finish()
+    panel.table.selectRow(1)
+    reading = panel.detail.toPlainText()
+    panel.add_entries(agent_proc.url, history)  # entries the panel read from the store: ignored
+    panel.add_entries(agent_proc.url, sync(store, agent_proc.url, after=cursor))
+    store.close()
+    assert panel.steps() == [0, 10, 20, 30, 40, 50, 60]
+    assert panel.current_step() == 20  # the user is not at the latest step: no jump ...
+    assert reading and panel.detail.toPlainText() == reading  # ... nor a lost selection
+    panel.set_step(60)
+    panel.order.setCurrentIndex(0)
+    assert completions(panel) == ["new"]  # once, not twice
+
+
+def test_two_runs_side_by_side_pair_by_prompt(panel, agent_proc, tmp_path):
+    a = log_run(agent_proc.url, "base", range(3), "old")
+    b = log_run(agent_proc.url, "tuned", range(3), "new")
+    b.log_rollouts(2, [{"prompt": "only in b", "completion": "x", "reward": 0.0}])
+    assert a.finish() and b.finish()
+    store = LocalStore(tmp_path / "app.sqlite")
+    sync(store, agent_proc.url)
+    panel.show_runs([(agent_proc.url, a.id), (agent_proc.url, b.id)], store)
+    store.close()
+
+    assert panel.model.headers() == ["step", "prompt", f"completion · {a.id}", f"reward · {a.id}",
+                                     f"completion · {b.id}", f"reward · {b.id}"]
+    assert panel.current_step() == 2
+    for i, prompt in enumerate(PROMPTS):
+        cells = panel.model.cells(i)
+        assert cells[1] == prompt
+        assert cells[2].startswith(f"old {i} at 2") and cells[4].startswith(f"new {i} at 2")
+    assert panel.model.cells(3)[1:] == ["only in b", "", "", "x", "0"]
+    panel.search.setText("capital")
+    assert [panel.model.lines[i][0] for i in range(panel.model.rowCount())] == [0, 1, 2]
+    panel.table.selectRow(0)
+    detail = panel.detail.toPlainText()
+    assert "Capital of France" in detail and "old 2 at 0" in detail and "new 2 at 0" in detail
