@@ -106,3 +106,48 @@ def test_two_runs_selected_are_overlaid_and_stay_selected(window, qtbot, agent_p
         assert len(w.table.selectionModel().selectedRows()) == 2
     finally:
         w.close()
+
+
+def test_charts_switch_to_wall_time_and_pan_together(window, qtbot, agent_proc):
+    import agent
+
+    run = agent.init(project="axes", name="two-metrics", agent=agent_proc.url)
+    for step in range(100):
+        run.log({"loss": 1.0 / (step + 1), "kl": 0.01 * step}, step=step)
+    assert run.finish()
+    w = window([agent_proc.url])
+    try:
+        qtbot.waitUntil(lambda: w.table_model.rowCount() == 1, timeout=15000)
+        w.table.selectRow(0)
+        qtbot.waitUntil(lambda: set(w.charts.charts) == {"loss", "kl"}, timeout=10000)
+        loss, kl = w.charts.charts["loss"], w.charts.charts["kl"]
+        loss.setXRange(10, 20, padding=0)
+        qtbot.wait(50)
+        assert kl.getViewBox().viewRange()[0] == pytest.approx([10, 20])  # linked pan/zoom
+        w.charts.x_axis.setCurrentText("wall time")
+        qtbot.waitUntil(lambda: "loss" in w.charts.charts and w.charts.charts["loss"] is not loss, timeout=5000)
+        xs = w.charts.charts["loss"].curves[run.id].series.x
+        assert xs[0] > 1e9 and (xs[1:] >= xs[:-1]).all()  # seconds since the epoch, in order
+    finally:
+        w.close()
+
+
+def test_theme_and_shortcuts(window, qtbot):
+    from PySide6.QtGui import QPalette
+    from PySide6.QtWidgets import QApplication
+
+    w = window([])
+
+    def window_lightness() -> int:
+        return QApplication.palette().color(QPalette.ColorRole.Window).lightness()
+
+    w.dark.setChecked(False)
+    assert window_lightness() > 200
+    w.dark.setChecked(True)
+    assert window_lightness() < 100
+    from PySide6.QtGui import QAction, QKeySequence
+
+    by_key = {a.shortcut().toString(): a for a in w.findChildren(QAction) if not a.shortcut().isEmpty()}
+    assert {"Ctrl+P", "Ctrl+R", "Ctrl+S", "Ctrl+N", "Ctrl+F", "Ctrl+E", "Alt+3"} <= set(by_key)
+    by_key[QKeySequence("Alt+3").toString()].trigger()
+    assert w.tabs.currentWidget() is w.rollouts

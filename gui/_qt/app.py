@@ -28,6 +28,7 @@ from .export import export_chart_png, export_run_csv
 from .rollouts import RolloutsPanel
 from .runs_table import RunsTableModel
 from .system import SystemPanel
+from .theme import apply_theme
 
 REDRAW_MS = 30
 EMPTY = ("No agents yet: run `pilothouse agent` on a node, then add it here (Agents → Add agent…, "
@@ -122,11 +123,23 @@ class MainWindow(QMainWindow):
         files.addAction(QAction("Save charts as &PNG…", self, triggered=self._export_png))
         agents = self.menuBar().addMenu("&Agents")
         agents.addAction(QAction("&Add agent…", self, shortcut=QKeySequence("Ctrl+N"), triggered=self._ask_agent))
+        agents.addAction(QAction("&Remove agent…", self, triggered=self._forget_agent))
+        view = self.menuBar().addMenu("&View")
+        self.dark = QAction("&Dark theme", self, checkable=True, shortcut=QKeySequence("Ctrl+Shift+D"),
+                            toggled=self._theme)
+        view.addAction(self.dark)
+        for i, name in enumerate(("Charts", "System", "Rollouts", "Config", "Events"), start=1):
+            view.addAction(QAction(name, self, shortcut=QKeySequence(f"Alt+{i}"),
+                                   triggered=lambda _=False, i=i: self.tabs.setCurrentIndex(i - 1)))
+        self.filter_shortcut = QAction(self, shortcut=QKeySequence("Ctrl+F"), triggered=self.filter.setFocus)
+        self.addAction(self.filter_shortcut)
         self.status_label = QLabel()
         self.statusBar().addPermanentWidget(self.status_label)
 
     def _restore_layout(self) -> None:
         settings = QSettings("pilothouse", "pilothouse")
+        self.dark.setChecked(settings.value("dark", "true") == "true")
+        self._theme(self.dark.isChecked())
         if settings.value("geometry") is not None:
             self.restoreGeometry(settings.value("geometry"))
             self.restoreState(settings.value("state"))
@@ -140,6 +153,7 @@ class MainWindow(QMainWindow):
         settings = QSettings("pilothouse", "pilothouse")
         settings.setValue("geometry", self.saveGeometry())
         settings.setValue("state", self.saveState())
+        settings.setValue("dark", "true" if self.dark.isChecked() else "false")
         self.redraw.stop()
         for signal in (self.bridge.batch, self.bridge.health, self.bridge.answered):
             signal.disconnect()  # queued signals from link threads must not reach a closed store
@@ -259,6 +273,21 @@ class MainWindow(QMainWindow):
             for metric, chart in self.charts.charts.items():
                 export_chart_png(chart, Path(folder) / (metric.replace("/", "_") + ".png"))
             self.statusBar().showMessage(f"saved {len(self.charts.charts)} charts to {folder}", 10000)
+
+    def _theme(self, dark: bool) -> None:
+        apply_theme(QApplication.instance(), dark, self)
+
+    def _forget_agent(self) -> None:
+        urls = [a["url"] for a in self.links.agents()]
+        if not urls:
+            self.statusBar().showMessage("no agents to remove", 5000)
+            return
+        url, ok = QInputDialog.getItem(self, "Remove agent", "Stop following (its runs stay browsable):", urls,
+                                       editable=False)
+        if ok:
+            self.links.remove(url)
+            self.health.pop(url, None)
+            self._schedule()
 
     def _ask_agent(self) -> None:
         url, ok = QInputDialog.getText(self, "Add agent", "Agent URL:", text="tcp://127.0.0.1:7766")

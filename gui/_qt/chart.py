@@ -43,8 +43,8 @@ class _Curve:
 class ChartWidget(pg.PlotWidget):
     """Named curves, each backed by a Series; redraws only what the pixels can show."""
 
-    def __init__(self, parent=None, redraw_ms: int = 30) -> None:
-        super().__init__(parent)
+    def __init__(self, parent=None, redraw_ms: int = 30, axisItems: dict | None = None) -> None:  # noqa: N803
+        super().__init__(parent, axisItems=axisItems)
         self.curves: dict[str, _Curve] = {}
         self._smoothing = 0.0
         self._follow = True

@@ -7,7 +7,9 @@ so a point is never drawn twice nor skipped at the seam.
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QScrollArea, QSlider, QVBoxLayout, QWidget
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QScrollArea, QSlider, QVBoxLayout, QWidget
 from PySide6.QtCore import Qt
 
 from agent.client import Entry, entry_points
@@ -31,10 +33,16 @@ class ChartsPanel(QWidget):
         self.smoothing.valueChanged.connect(self._restyle)
         self.log_y = QCheckBox("log y")
         self.log_y.toggled.connect(self._restyle)
+        self.x_axis = QComboBox()
+        self.x_axis.addItems(["step", "wall time"])
+        self.x_axis.currentTextChanged.connect(self._reload)
+        self._store: LocalStore | None = None
         controls = QHBoxLayout()
         controls.addWidget(QLabel("smoothing"))
         controls.addWidget(self.smoothing)
         controls.addWidget(self.log_y)
+        controls.addWidget(QLabel("x:"))
+        controls.addWidget(self.x_axis)
         controls.addStretch()
         self.grid_host = QWidget()
         self.grid = QGridLayout(self.grid_host)
@@ -55,13 +63,14 @@ class ChartsPanel(QWidget):
         self.charts = {}
         self.keys = list(keys)
         self.seen = {}
+        self._store = store
         with store.snapshot():
             for agent in {a for a, _ in keys}:
                 self.seen[agent] = store.cursor(agent)
             for key in keys:
                 for metric in store.metrics(*key):
-                    steps, vals, _ = store.series(*key, metric)
-                    self._append(key, metric, steps, vals)
+                    steps, vals, times = store.series(*key, metric)
+                    self._append(key, metric, steps, vals, times)
         self._layout()
 
     def add_entries(self, agent: str, entries: list[Entry]) -> None:
@@ -71,28 +80,37 @@ class ChartsPanel(QWidget):
         for e in entries:
             if e.kind != KIND_METRIC or (agent, e.run) not in self.keys or (floor is not None and e.id <= floor):
                 continue
-            steps, vals, _ = entry_points(e)
-            added |= self._append((agent, e.run), e.metric, steps, vals)
+            steps, vals, times = entry_points(e)
+            added |= self._append((agent, e.run), e.metric, steps, vals, times)
         if added:
             self._layout()
 
     def redraw(self) -> None:
         self.hint.setVisible(not self.charts)
 
-    def _append(self, key: RunKey, metric: str, steps, vals) -> bool:
+    def _append(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray) -> bool:
         """Returns True when a new chart was made (the grid needs laying out again)."""
         chart = self.charts.get(metric)
         new = chart is None
         if new:
-            chart = self.charts[metric] = ChartWidget()
+            by_time = self.x_axis.currentText() == "wall time"
+            chart = self.charts[metric] = ChartWidget(axisItems={"bottom": pg.DateAxisItem()} if by_time else None)
+            if len(self.charts) > 1:  # zoom and pan one chart, all follow
+                chart.setXLink(next(iter(self.charts.values())))
             chart.setMinimumHeight(CHART_HEIGHT)
             chart.setTitle(metric)
             self._style(chart)
         name = key[1]
         if name not in chart.curves:  # compared runs get distinct colors, the same in every chart
             chart.add_curve(name, color=PALETTE[self.keys.index(key) % len(PALETTE)])
-        chart.append(name, steps.astype(float), vals)
+        xs = times if self.x_axis.currentText() == "wall time" else steps.astype(float)
+        chart.append(name, xs, vals)
         return new
+
+    def _reload(self, *_: object) -> None:
+        """Another x axis: the charts are rebuilt from the store."""
+        if self._store is not None:
+            self.show_runs(self.keys, self._store)
 
     def _layout(self) -> None:
         for chart in self.charts.values():
