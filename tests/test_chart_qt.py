@@ -122,3 +122,14 @@ def test_mouse_move_shows_the_readout(chart):
     vb = chart.getPlotItem().getViewBox()
     chart.scene().sigMouseMoved.emit(vb.sceneBoundingRect().center())
     assert chart.readout_label.toPlainText().startswith("x = ")
+
+
+def test_compared_runs_keep_their_color_and_never_share_one():
+    from gui._qt.chart import PALETTE, color_for
+    from gui._qt.charts import run_colors
+
+    ids = [f"run{i}" for i in range(len(PALETTE))]
+    colors = run_colors(ids)
+    assert len(set(colors.values())) == len(PALETTE)  # all distinct while the palette lasts
+    assert colors[ids[0]] == color_for(ids[0])  # the first keeps its own color
+    assert run_colors([ids[3]])[ids[3]] == color_for(ids[3])  # alone, a run always has its color

@@ -17,7 +17,7 @@ from agent.protocol import KIND_METRIC
 
 from ..local_store import LocalStore
 from ..models import RunKey, metric_groups
-from .chart import PALETTE, ChartWidget
+from .chart import PALETTE, ChartWidget, color_for
 
 COLUMNS = 2
 CHART_HEIGHT = 240
@@ -62,6 +62,7 @@ class ChartsPanel(QWidget):
             chart.deleteLater()
         self.charts = {}
         self.keys = list(keys)
+        self.colors = run_colors([run for _, run in self.keys])
         self.seen = {}
         self._store = store
         with store.snapshot():
@@ -101,8 +102,8 @@ class ChartsPanel(QWidget):
             chart.setTitle(metric)
             self._style(chart)
         name = key[1]
-        if name not in chart.curves:  # compared runs get distinct colors, the same in every chart
-            chart.add_curve(name, color=PALETTE[self.keys.index(key) % len(PALETTE)])
+        if name not in chart.curves:
+            chart.add_curve(name, color=self.colors[name])
         xs = times if self.x_axis.currentText() == "wall time" else steps.astype(float)
         chart.append(name, xs, vals)
         return new
@@ -127,3 +128,19 @@ class ChartsPanel(QWidget):
     def _style(self, chart: ChartWidget) -> None:
         chart.set_smoothing(self.smoothing.value() / 100)
         chart.set_log_y(self.log_y.isChecked())
+
+
+def run_colors(run_ids: list[str]) -> dict[str, str]:
+    """Each run keeps its own (hashed) color wherever it is shown; when two compared runs hash
+    to the same color, the later one takes the next free color, so a comparison never blurs."""
+    colors: dict[str, str] = {}
+    for run in run_ids:
+        color = color_for(run)
+        start = PALETTE.index(color)
+        for i in range(len(PALETTE)):
+            candidate = PALETTE[(start + i) % len(PALETTE)]
+            if candidate not in colors.values():
+                color = candidate
+                break
+        colors[run] = color
+    return colors
