@@ -1,0 +1,45 @@
+"""A Hugging Face Trainer (TRL's trainers are Trainers too) steered by Pilothouse, on a CPU.
+
+A tiny GPT-2 built from a config and random tokens, so nothing is downloaded.
+
+    python examples/hf_trainer.py [--steps 200] [--agent URL]
+    pilothouse set hf-trainer learning_rate=1e-4    # reaches the optimizer and the LR schedule
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+
+import agent  # noqa: E402
+from agent.hf import PilothouseCallback  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--agent", default=None)
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    run = agent.init(project="examples", name="hf-trainer", config={"learning_rate": 5e-4, "weight_decay": 0.01},
+                     agent=args.agent)
+    print(run.id, flush=True)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=32))
+    data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 128, (256, 32))]
+    training = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="hf-example-"), max_steps=args.steps,
+                                 per_device_train_batch_size=8, learning_rate=run.config["learning_rate"],
+                                 weight_decay=run.config["weight_decay"], logging_steps=5, save_strategy="no",
+                                 report_to=[], use_cpu=True, disable_tqdm=True)
+    Trainer(model=model, args=training, train_dataset=data, callbacks=[PilothouseCallback(run)]).train()
+    run.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Multi-rank: every rank calls agent.init and run.sync; all ranks pause, change lr and stop together.
+
+    torchrun --nproc_per_node 2 examples/torchrun_ddp.py [--steps 300] [--agent URL]
+    pilothouse pause ddp      # every rank holds at the same step
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+import agent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--agent", default=None)
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(dist.get_rank())
+    run = agent.init(project="examples", name="ddp", config={"lr": 0.05}, agent=args.agent)  # on every rank
+    model = DistributedDataParallel(torch.nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=run.config["lr"])
+    agent.torch.bind_optimizer(run, optimizer)
+    if run.rank == 0:
+        print(run.id, flush=True)
+    for step in range(args.steps):
+        if run.sync(step).stop:  # one tiny broadcast: the same decision on every rank
+            break
+        x = torch.randn(32, 16)
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        run.log({"loss": loss.item(), "lr": optimizer.param_groups[0]["lr"]}, step=step)
+    run.finish()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""The examples users copy, run as they would run them (short step counts), against a real agent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agent.client import Client
+from conftest import ROOT
+
+pytest.importorskip("torch")
+
+
+def run_example(cmd: list[str], url: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([*cmd, "--agent", url], capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
+
+
+def finished(url: str, run_id: str) -> dict:
+    with Client(url) as c:
+        return next(r for r in c.runs() if r["id"] == run_id)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("cmd, steps", [
+    ([sys.executable, "examples/pytorch_loop.py", "--steps", "50"], 49),
+    ([sys.executable, "examples/hf_trainer.py", "--steps", "10"], 10),
+    ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+      "examples/torchrun_ddp.py", "--steps", "30"], 29),
+], ids=["pytorch-loop", "hf-trainer", "torchrun-2-ranks"])
+def test_example_runs_to_the_end_and_is_recorded(agent_proc, cmd, steps):
+    if "examples/hf_trainer.py" in cmd:
+        pytest.importorskip("transformers")
+    out = run_example(cmd, agent_proc.url)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    run = finished(agent_proc.url, out.stdout.split()[0])
+    assert run["status"] == "finished" and run["last_step"] == steps
