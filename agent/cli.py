@@ -104,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--at-step", type=int, help="apply at this step instead of the next one")
     c.set_defaults(timeout=30.0)
 
+    d = sub.add_parser("demo", help="a real RL run pair to watch and steer: an agent, two trainers and the app")
+    d.add_argument("--headless", action="store_true", help="no app: print where to look instead")
+    d.add_argument("--steps", type=int, default=2000, help="training steps per run")
+    d.add_argument("--data", help="where the demo agent keeps its journal (default: a temporary folder)")
+    d.set_defaults(func=cmd_demo)
+
     g = sub.add_parser("gui", help="open the desktop app (needs the gui extra: pip install 'pilothouse[gui]')",
                        add_help=False)
     g.set_defaults(func=cmd_gui)
@@ -234,6 +240,16 @@ def cmd_command(args: argparse.Namespace) -> int:
               f"(id {row['cid']}) and applies at the trainer's next sync: see `pilothouse events {args.run}`",
               file=sys.stderr)
     return EXIT_ERROR
+
+
+DEMO_RUNS = (("lr3e-3", ["--lr", "3e-3", "--kl-coef", "0.05"]), ("lr1e-2", ["--lr", "1e-2", "--kl-coef", "0.1"]))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """An agent on a free loopback port, two GRPO runs with different hyperparameters, and the app."""
+    from .demo.launch import run_demo
+
+    return run_demo(args.steps, args.data, headless=args.headless, runs=DEMO_RUNS)
 
 
 def cmd_gui(args: argparse.Namespace) -> int:

@@ -1,0 +1,1 @@
+"""Demo trainers and the ``pilothouse demo`` launcher (the trainers import torch; ``import agent`` does not)."""
