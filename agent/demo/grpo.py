@@ -50,6 +50,14 @@ def decode(tokens: list[int]) -> str:
     return text[:text.index(EOS) + 1] if EOS in text else text
 
 
+def step_prompts(step: int) -> list[str]:
+    """The same prompts at the same step in every run (a generator seeded by the step alone), so
+    two runs' completions can be compared prompt by prompt."""
+    gen = torch.Generator().manual_seed(step)
+    digits = torch.randint(10, (PROMPTS_PER_STEP, PROMPT_DIGITS), generator=gen).tolist()
+    return ["".join(DIGITS[d] for d in row) + SEP for row in digits]
+
+
 def reward(prompt: str, completion: str) -> float:
     """Verifiable and dense: the share of positions right, over the longer of answer and target,
     so each correct digit earns credit and a missing or extra character costs some."""
@@ -131,8 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         temperature, kl_coef = run.config["temperature"], run.config["kl_coef"]
 
-        texts = ["".join(DIGITS[d] for d in torch.randint(10, (PROMPT_DIGITS,)).tolist()) + SEP
-                 for _ in range(PROMPTS_PER_STEP)]
+        texts = step_prompts(step)
         prompts = torch.tensor([encode(t) for t in texts], device=device).repeat_interleave(group, dim=0)
         completions = sample(policy, prompts, temperature)
         mask = completion_mask(completions)

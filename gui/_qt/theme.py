@@ -25,6 +25,7 @@ def apply_theme(app: QApplication, dark: bool, root: QWidget | None = None) -> N
     for role in (QPalette.WindowText, QPalette.Text, QPalette.ButtonText, QPalette.ToolTipText):
         palette.setColor(role, QColor(colors["text"]))
     palette.setColor(QPalette.HighlightedText, QColor("#ffffff"))
+    palette.setColor(QPalette.PlaceholderText, QColor("#8a8f98"))
     app.setPalette(palette)
     pg.setConfigOption("background", colors["chart_bg"])
     pg.setConfigOption("foreground", colors["chart_fg"])
