@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +33,12 @@ def _wait_for_agent(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> 
     raise RuntimeError(f"the demo agent did not answer on {url}")
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: trainers stopped, agent ended
+
+
 def run_demo(steps: int, data: str | None, *, headless: bool, runs: tuple[tuple[str, list[str]], ...]) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
     folder = Path(data) if data else Path(tempfile.mkdtemp(prefix="pilothouse-demo-"))
     url = _free_url()
     procs: list[subprocess.Popen] = []
