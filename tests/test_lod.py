@@ -35,6 +35,17 @@ def finite_extremes(y):
     return f.min(), f.max()
 
 
+def check_view(s: Series, x: np.ndarray, y: np.ndarray, x0: float, x1: float, pixels: int):
+    """The drawn min and max of [x0, x1] are the data's finite extremes; few points per pixel."""
+    xs, ys = s.view(x0, x1, pixels)
+    ref = y[(x >= x0) & (x <= x1)]
+    if np.isfinite(ref).any():
+        shown = visible(xs, ys, x0, x1)
+        assert (np.nanmin(shown), np.nanmax(shown)) == finite_extremes(ref), (x0, x1, pixels)
+    assert len(xs) <= 3 * pixels + 2
+    return xs, ys
+
+
 def test_min_and_max_of_every_visible_range_are_exact(big):
     s, x, y = big
     rng = np.random.default_rng(1)
@@ -42,13 +53,7 @@ def test_min_and_max_of_every_visible_range_are_exact(big):
         a, b = np.sort(rng.integers(0, N, 2))
         x0, x1 = a + rng.random(), b + rng.random()  # ranges need not start on a point
         pixels = int(rng.integers(1, 3000))
-        xs, ys = s.view(x0, x1, pixels)
-        ref = y[(x >= x0) & (x <= x1)]
-        if not np.isfinite(ref).any():
-            continue
-        shown = visible(xs, ys, x0, x1)
-        assert (np.nanmin(shown), np.nanmax(shown)) == finite_extremes(ref), (x0, x1, pixels)
-        assert len(xs) <= 3 * pixels + 2
+        check_view(s, x, y, x0, x1, pixels)
 
 
 def test_exact_with_uneven_x_like_wall_time_with_pauses():
@@ -66,13 +71,7 @@ def test_exact_with_uneven_x_like_wall_time_with_pauses():
     for _ in range(100):
         x0, x1 = np.sort(rng.uniform(x[0], x[-1], 2))
         pixels = int(rng.integers(50, 2000))
-        xs, ys = s.view(x0, x1, pixels)
-        ref = y[(x >= x0) & (x <= x1)]
-        if not np.isfinite(ref).any():
-            continue
-        shown = visible(xs, ys, x0, x1)
-        assert (np.nanmin(shown), np.nanmax(shown)) == finite_extremes(ref), (x0, x1, pixels)
-        assert len(xs) <= 3 * pixels + 2
+        xs, ys = check_view(s, x, y, x0, x1, pixels)
         drawn = np.isfinite(ys)  # every drawn value is a real point, drawn near its own x
         where = np.searchsorted(sorted_y, ys[drawn])
         assert (sorted_y[where] == ys[drawn]).all()
