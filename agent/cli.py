@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def _url(text: str) -> str:
+def url_arg(text: str) -> str:
+    """argparse type for agent URLs: a clear usage error instead of a traceback."""
     try:
         return check_url(text)
     except ValueError as exc:
@@ -65,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     default_agent = os.environ.get(ENV_AGENT) or DEFAULT_URL
 
     a = sub.add_parser("agent", help="run the node agent in the foreground")
-    a.add_argument("--bind", type=_url, default=DEFAULT_URL, help=f"address to listen on (default {DEFAULT_URL})")
+    a.add_argument("--bind", type=url_arg, default=DEFAULT_URL, help=f"address to listen on (default {DEFAULT_URL})")
     a.add_argument("--data", help="data directory (default: the user data dir, or $PILOTHOUSE_DATA)")
     a.add_argument("--sample-interval", type=_positive, default=1.0, help="seconds between GPU/host samples")
     a.add_argument("--stale-after", type=_positive, default=5.0, help="seconds without heartbeat before a run is stale")
@@ -74,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def reader(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
         r = sub.add_parser(name, help=help)
-        r.add_argument("--agent", type=_url, default=default_agent, help=f"agent URL (default {default_agent})")
+        r.add_argument("--agent", type=url_arg, default=default_agent, help=f"agent URL (default {default_agent})")
         r.add_argument("--timeout", type=_positive, default=5.0, help="seconds to wait for the agent")
         r.set_defaults(func=func)
         return r

@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from agent.client import AgentUnavailable, Client
+from agent.launcher import reachable
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -69,12 +69,7 @@ class AgentProcess:
     def _ready(self) -> bool:
         if self.proc is None or self.proc.poll() is not None:
             raise RuntimeError(f"agent exited: {self.log_text()}")
-        with Client(self.url, timeout=0.5) as c:
-            try:
-                c.ping()
-                return True
-            except AgentUnavailable:
-                return False
+        return reachable(self.url, timeout=0.5)
 
     def log_text(self) -> str:
         return (self.data / "agent.log").read_text(errors="replace")[-4000:]

@@ -5,19 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agent.protocol import check_url
-
-
-def _url(text: str) -> str:
-    try:
-        return check_url(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from agent.cli import url_arg
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pilothouse gui", description="The Pilothouse desktop app.")
-    parser.add_argument("--agent", action="append", type=_url, default=[],
+    parser.add_argument("--agent", action="append", type=url_arg, default=[],
                         help="agent URL to follow (repeatable); added to the remembered agents")
     parser.add_argument("--store", help="the app's local store file (default: the user data dir)")
     args = parser.parse_args(argv)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.client import AgentUnavailable, Client
+from agent.client import Client
+from agent.launcher import reachable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,12 +57,7 @@ class AgentProcess:
 
     def ready(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
-        with Client(self.url, timeout=0.5) as c:
-            try:
-                c.ping()
-                return True
-            except AgentUnavailable:
-                return False
+        return reachable(self.url, timeout=0.5)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         assert self.proc is not None

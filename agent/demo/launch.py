@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from ..client import AgentUnavailable, Client
+from ..launcher import reachable
 
 
 def _free_url() -> str:
@@ -21,15 +22,11 @@ def _free_url() -> str:
 
 def _wait_for_agent(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
-    with Client(url, timeout=0.5) as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the demo agent exited with {proc.returncode}")
-            try:
-                client.ping()
-                return
-            except AgentUnavailable:
-                continue
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the demo agent exited with {proc.returncode}")
+        if reachable(url, timeout=0.5):
+            return
     raise RuntimeError(f"the demo agent did not answer on {url}")
 
 
