@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from .cli_keys import add_keys_parser
 from .client import AgentError, Client, entry_body, entry_points
 from .protocol import DEFAULT_URL, ENV_AGENT, KIND_EVENT, KIND_METRIC, check_url
+from .security import ENV_KEYS, Keyring, SecurityError
 from .tuning import parse_assignment
 
 EXIT_ERROR = 1
@@ -35,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     except AgentError as exc:
         print(f"pilothouse: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except SecurityError as exc:
+        print(f"pilothouse: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `pilothouse export RUN | head`
@@ -64,9 +69,14 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pilothouse", description="Watch and steer training runs.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     default_agent = os.environ.get(ENV_AGENT) or DEFAULT_URL
+    keys_arg = argparse.ArgumentParser(add_help=False)
+    keys_arg.add_argument("--keys", help=f"CurveZMQ keyring directory (default: ${ENV_KEYS} or the user config dir)")
 
-    a = sub.add_parser("agent", help="run the node agent in the foreground")
-    a.add_argument("--bind", type=url_arg, default=DEFAULT_URL, help=f"address to listen on (default {DEFAULT_URL})")
+    a = sub.add_parser("agent", parents=[keys_arg], help="run the node agent in the foreground")
+    a.add_argument("--bind", type=url_arg, default=DEFAULT_URL,
+                   help=f"loopback address for trainers and local tools (default {DEFAULT_URL})")
+    a.add_argument("--listen", type=url_arg, metavar="URL",
+                   help="also listen here for remote apps and CLIs, CurveZMQ only (needs `pilothouse keys`)")
     a.add_argument("--data", help="data directory (default: the user data dir, or $PILOTHOUSE_DATA)")
     a.add_argument("--sample-interval", type=_positive, default=1.0, help="seconds between GPU/host samples")
     a.add_argument("--stale-after", type=_positive, default=5.0, help="seconds without heartbeat before a run is stale")
@@ -74,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_agent)
 
     def reader(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        r = sub.add_parser(name, help=help)
+        r = sub.add_parser(name, parents=[keys_arg], help=help)
         r.add_argument("--agent", type=url_arg, default=default_agent, help=f"agent URL (default {default_agent})")
         r.add_argument("--timeout", type=_positive, default=5.0, help="seconds to wait for the agent")
         r.set_defaults(func=func)
@@ -104,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("values", nargs="+", type=_assignment, metavar="KEY=VALUE")
     c.add_argument("--at-step", type=int, help="apply at this step instead of the next one")
     c.set_defaults(timeout=30.0)
+
+    add_keys_parser(sub, keys_arg, url_arg)
 
     d = sub.add_parser("demo", help="a real RL run pair to watch and steer: an agent, two trainers and the app")
     d.add_argument("--headless", action="store_true", help="no app: print where to look instead")
@@ -139,13 +151,14 @@ def cmd_agent(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     data = args.data or default_data_dir()
     try:
-        agent = Agent(args.bind, data, sample_interval=args.sample_interval,
-                      stale_after=args.stale_after)
+        agent = Agent(args.bind, data, sample_interval=args.sample_interval, stale_after=args.stale_after,
+                      listen=args.listen, keys=Keyring(args.keys))
     except ValueError as exc:
         print(f"pilothouse agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except zmq.ZMQError as exc:
-        print(f"pilothouse agent: cannot listen on {args.bind}: {exc} (is another agent running?)", file=sys.stderr)
+        where = args.bind if args.listen is None else f"{args.bind} / {args.listen}"
+        print(f"pilothouse agent: cannot listen on {where}: {exc} (is another agent running?)", file=sys.stderr)
         return EXIT_ERROR
     except (OSError, sqlite3.Error) as exc:
         print(f"pilothouse agent: cannot use data directory {data}: {exc}", file=sys.stderr)
@@ -157,7 +170,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 # --- runs --------------------------------------------------------------------------------
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    with Client(args.agent, timeout=args.timeout) as client:
+    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
         runs = client.runs()
     if not args.all:
         runs = [r for r in runs if r["kind"] == "train"]
@@ -188,7 +201,7 @@ def fmt_value(v: float) -> str:
 # --- tail --------------------------------------------------------------------------------
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    with Client(args.agent, timeout=args.timeout) as client:
+    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
         run = client.resolve(args.run)
         after = 0 if args.history else client.ping()["head"]
         row = next(r for r in client.runs() if r["id"] == run)
@@ -227,7 +240,7 @@ def tail_lines(entries: list) -> Iterator[tuple[str, bool]]:
 
 def cmd_command(args: argparse.Namespace) -> int:
     values = dict(getattr(args, "values", None) or []) or None
-    with Client(args.agent, timeout=min(args.timeout, 5.0)) as client:
+    with Client(args.agent, timeout=min(args.timeout, 5.0), keys=Keyring(args.keys)) as client:
         row = client.command(args.run, args.command, values=values, at_step=getattr(args, "at_step", None),
                              wait=args.timeout)
     state = row["state"]
@@ -259,7 +272,7 @@ def cmd_gui(args: argparse.Namespace) -> int:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    with Client(args.agent, timeout=args.timeout) as client:
+    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
         run = client.resolve(args.run)
         for page in client.history(run, [KIND_EVENT]):
             for e in page.entries:
@@ -289,7 +302,7 @@ def event_line(body: dict) -> str:
 # --- export ------------------------------------------------------------------------------
 
 def cmd_export(args: argparse.Namespace) -> int:
-    with Client(args.agent, timeout=args.timeout) as client:
+    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
         run = client.resolve(args.run)
         try:
             out = open(args.output, "w", newline="") if args.output else sys.stdout

@@ -21,8 +21,10 @@ from typing import Any
 import msgpack
 import numpy as np
 import zmq
+import zmq.utils.monitor
 
 from .protocol import DEFAULT_URL, ENTRY_FIELDS, KIND_METRIC, ProtocolError, check_url, pack, unpack
+from .security import Keyring, client_keys, key_hex, secure_client
 from .store import join_chunks
 
 Entry = namedtuple("Entry", ENTRY_FIELDS)
@@ -52,12 +54,18 @@ def entry_body(entry: Entry) -> Any:
 
 
 class Client:
-    def __init__(self, url: str | None = None, timeout: float = 5.0, context: zmq.Context | None = None):
+    """Talks CURVE to any URL whose agent key the keyring knows (see ``agent.security``), plain
+    TCP to other loopback URLs, and refuses a network URL it holds no agent key for."""
+
+    def __init__(self, url: str | None = None, timeout: float = 5.0, context: zmq.Context | None = None,
+                 keys: Keyring | None = None):
         self.url = check_url(url or DEFAULT_URL)
         self.timeout = timeout
+        self._curve = client_keys(self.url, keys)
         self._ctx = context or zmq.Context.instance()
         self._ids = itertools.count(1)
         self._sock: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
@@ -65,6 +73,11 @@ class Client:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.IMMEDIATE, 1)
             sock.setsockopt(zmq.IPV6, 1)
+            if self._curve is not None:
+                secure_client(sock, *self._curve)
+                self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                                                        | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                                                        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
             sock.connect(self.url)
             self._sock = sock
         return self._sock
@@ -72,8 +85,29 @@ class Client:
     def _reset(self) -> None:
         """Lazy-Pirate style: after a lost answer, a fresh socket drops whatever was queued."""
         if self._sock is not None:
+            if self._monitor is not None:
+                self._sock.disable_monitor()
+                self._monitor.close(linger=0)
+                self._monitor = None
             self._sock.close(linger=0)
             self._sock = None
+
+    def _unavailable(self) -> AgentUnavailable:
+        """Why no answer came: a refused or failed CURVE handshake says so, anything else is silence."""
+        events = set()
+        while self._monitor is not None and self._monitor.poll(0):
+            events.add(zmq.utils.monitor.parse_monitor_message(self._monitor.recv_multipart())["event"])
+        self._reset()
+        if zmq.EVENT_HANDSHAKE_FAILED_AUTH in events:
+            public = key_hex(self._curve[0].public) if self._curve else "?"
+            return AgentUnavailable(f"the agent at {self.url} refused this client's key {public}: on the agent's "
+                                    f"node run `pilothouse keys allow {public} --name NAME`")
+        if events:
+            return AgentUnavailable(f"CurveZMQ handshake with {self.url} failed: the agent key trusted for this "
+                                    f"URL does not match the agent's (`pilothouse keys show` on its node), or "
+                                    f"nothing there speaks CURVE")
+        return AgentUnavailable(f"no answer from the agent at {self.url} within {self.timeout:g} s "
+                                f"(start one with `pilothouse agent`)")
 
     def close(self) -> None:
         self._reset()
@@ -94,9 +128,7 @@ class Client:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                self._reset()
-                raise AgentUnavailable(f"no answer from the agent at {self.url} within {self.timeout:g} s "
-                                       f"(start one with `pilothouse agent`)")
+                raise self._unavailable()
             if not sent:
                 try:
                     sock.send(pack({"t": "q", "id": req_id, "op": op, "args": args}), zmq.NOBLOCK)

@@ -82,7 +82,7 @@ class CommandDesk:
         if cmd not in COMMANDS:
             raise ValueError(f"unknown command {str(cmd)[:40]!r}; one of {', '.join(COMMANDS)}")
         run = self.store.resolve(query_arg(args, "run", str))
-        who = _who(args.get("who"))
+        who = args["who"]  # filled in by the agent from the connection, see Agent._sender
         at_step = args.get("at_step")
         if at_step is not None:
             check_int(at_step, "at_step")
@@ -122,9 +122,3 @@ class CommandDesk:
         if row is None:
             raise LookupError(f"no command with id {args.get('cid')!r}")
         return row
-
-def _who(value: Any) -> dict[str, str]:
-    """Who sent a command, as the client says (CurveZMQ identities come with remote access)."""
-    if not isinstance(value, dict):
-        return {}
-    return {k: str(v)[:100] for k, v in value.items() if k in ("user", "host", "client") and isinstance(v, str)}

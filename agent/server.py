@@ -1,4 +1,4 @@
-"""The node agent: one ROUTER socket, one SQLite journal, one loop.
+"""The node agent: a loopback ROUTER socket (and, with keys, a CurveZMQ one), one SQLite journal, one loop.
 
 Each turn drains what arrived (bounded), validates and stores it in one transaction,
 commits, and only then acknowledges trainers and feeds readers: an ack always means
@@ -28,12 +28,15 @@ from .protocol import (MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, SYSTEM_RUN_PREFIX, Pr
 from .commands import CommandDesk
 from .readers import ReaderFeed, kinds
 from .sampler import SystemSampler
+from .security import CurveListener, Keyring, key_hex
 from .store import Store
 
 log = logging.getLogger("pilothouse.agent")
 
 TURN_MESSAGES = 2000  # bound one turn so acks and readers are never starved
 TURN_SECONDS = 0.05
+LOCAL, REMOTE = b"L", b"R"  # peer tags: which socket a routing id belongs to
+REMOTE_TYPES = frozenset({"q", "sub", "credit", "unsub"})  # readers and commands; trainers stay local
 
 
 @dataclass
@@ -50,27 +53,27 @@ class Liveness:
 class Agent(CommandDesk):
     def __init__(self, bind: str, data_dir: str | Path, *, sample_interval: float = 1.0,
                  stale_after: float = 5.0, sampler: SystemSampler | None = None,
-                 reader_timeout: float = 30.0):
+                 reader_timeout: float = 30.0, listen: str | None = None, keys: Keyring | None = None):
         self.bind = check_url(bind, bind=True)
         if not is_loopback(bind):
-            raise ValueError(f"refusing to listen on {bind}: only loopback is allowed without CurveZMQ "
-                             "keys. Reach a remote node through an SSH tunnel to its loopback port "
-                             f"(ssh -L 7766:127.0.0.1:7766 node).")
+            raise ValueError(f"refusing to listen on {bind} without CurveZMQ: keep --bind on loopback and add "
+                             f"--listen {bind} with keys (`pilothouse keys init`, then `pilothouse keys allow "
+                             f"CLIENT_PUBLIC_KEY`), or reach this node through an SSH tunnel to its loopback port "
+                             f"(ssh -N -L 7766:127.0.0.1:7766 node).")
         self.data_dir = Path(data_dir)
         self._ctx = zmq.Context()
         self.sock = self._ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.SNDHWM, 10_000)
-        self.sock.setsockopt(zmq.RCVHWM, 10_000)
-        self.sock.setsockopt(zmq.IPV6, 1)
+        _tune(self.sock)
+        self.remote: CurveListener | None = None
         try:
+            if listen is not None:
+                self.remote = CurveListener(self._ctx, listen, keys if keys is not None else Keyring())
+                _tune(self.remote.sock)
+                self.remote.sock.bind(self.remote.url)
             self.sock.bind(self.bind)  # before touching the data dir: a busy port leaves nothing behind
             self.store = Store(self.data_dir / "journal.sqlite")
         except BaseException:
-            self.sock.close(linger=0)
-            self._ctx.term()
+            self._close_sockets()
             raise
         self.store.db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it off the loop
         self.host = socket.gethostname()
@@ -102,6 +105,12 @@ class Agent(CommandDesk):
             if threading.current_thread() is threading.main_thread():
                 signal.signal(sig, self.stop)
         log.info("pilothouse agent %s listening on %s, data in %s", __version__, self.bind, self.data_dir)
+        if self.remote is not None:
+            log.info("CurveZMQ listener on %s, agent key %s, %d client(s) allowed", self.remote.url,
+                     self.remote.public, len(self.remote.allow.ring.allowed()))
+        poller = zmq.Poller()
+        for sock in self._sockets():
+            poller.register(sock, zmq.POLLIN)
         checkpointer = threading.Thread(target=self._checkpoint_loop, name="wal-checkpointer", daemon=True)
         checkpointer.start()
         next_sample = next_check = time.monotonic()
@@ -110,7 +119,7 @@ class Agent(CommandDesk):
                 now = time.monotonic()
                 behind = self.feed.behind()
                 timeout = 0 if behind else max(0.0, min(next_sample, next_check) - now)
-                if self.sock.poll(int(min(timeout, 0.2) * 1000), zmq.POLLIN):
+                if poller.poll(int(min(timeout, 0.2) * 1000)):
                     self._turn()
                 elif behind:
                     self.feed.feed(self.store.head, [])
@@ -124,13 +133,21 @@ class Agent(CommandDesk):
         finally:
             self._stop.set()
             checkpointer.join(timeout=10)
-            self.sock.close(linger=0)
-            self._ctx.term()
+            self._close_sockets()
             self.store.begin()
             self.store.set_status(self._system_run, "finished", time.time(), reason="agent stopped")
             self.store.commit()
             self.store.db.close()
             log.info("pilothouse agent stopped")
+
+    def _sockets(self) -> list[zmq.Socket]:
+        return [self.sock] if self.remote is None else [self.sock, self.remote.sock]
+
+    def _close_sockets(self) -> None:
+        self.sock.close(linger=0)
+        if self.remote is not None:
+            self.remote.close()
+        self._ctx.term()
 
     def _checkpoint_loop(self, interval: float = 1.0) -> None:
         """Copy the WAL back into the database on a thread of its own connection: SQLite
@@ -177,21 +194,42 @@ class Agent(CommandDesk):
         self.feed.feed(head_before, entries)
 
     def _drain(self) -> None:
+        """Local peers first, then remote ones, each within the turn's bounds.  A peer is its
+        routing id tagged L(oopback) or R(emote), so answers leave by the socket they came in on."""
         deadline = time.monotonic() + TURN_SECONDS
         for _ in range(TURN_MESSAGES):
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
-            ident = frames[0]
-            try:
-                if len(frames) != 2:
-                    raise ProtocolError(f"expected one frame per message, got {len(frames) - 1}")
-                self._dispatch(ident, decode(frames[1]))
-            except ProtocolError as exc:
-                self._bad_input(ident, str(exc))
+                break
+            self._handle(LOCAL + frames[0], frames[1:], None)
             if time.monotonic() > deadline:
                 return
+        if self.remote is None:
+            return
+        for _ in range(TURN_MESSAGES):
+            try:
+                parts = self.remote.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            key = key_hex(parts[-1].get("User-Id"))  # set by the ZAP handler: the client's authenticated key
+            self._handle(REMOTE + parts[0].bytes, [p.bytes for p in parts[1:]], key)
+            if time.monotonic() > deadline:
+                return
+
+    def _handle(self, ident: bytes, body: list[bytes], client_key: str | None) -> None:
+        try:
+            if len(body) != 1:
+                raise ProtocolError(f"expected one frame per message, got {len(body)}")
+            msg = decode(body[0])
+            if client_key is not None and self.remote is not None and self.remote.allow.name(client_key) is None:
+                raise ProtocolError("this client's key is no longer allowed on this agent")
+            if client_key is not None and msg["t"] not in REMOTE_TYPES:
+                raise ProtocolError(f"{msg['t']!r} is not accepted from the network: trainers connect to the "
+                                    "agent's loopback address")
+            self._dispatch(ident, msg, client_key)
+        except ProtocolError as exc:
+            self._bad_input(ident, str(exc))
 
     def _bad_input(self, ident: bytes, text: str, req_id: int | None = None) -> None:
         self.bad_frames += 1
@@ -199,7 +237,7 @@ class Agent(CommandDesk):
             log.warning("rejected a message (%d so far): %s", self.bad_frames, text)
         self._replies.append((ident, {"t": "err", "id": req_id, "msg": text}))
 
-    def _dispatch(self, ident: bytes, msg: dict) -> None:
+    def _dispatch(self, ident: bytes, msg: dict, client_key: str | None = None) -> None:
         kind = msg["t"]
         now = time.time()
         if kind == "rec":
@@ -213,7 +251,7 @@ class Agent(CommandDesk):
         elif kind == "cack":
             self._on_command_ack(ident, msg, now)
         elif kind == "q":
-            self._on_query(ident, msg)
+            self._on_query(ident, msg, client_key)
         elif kind == "sub":
             self.feed.subscribe(ident, msg)
         elif kind == "credit":
@@ -369,15 +407,16 @@ class Agent(CommandDesk):
         self.feed.feed(head_before, self.store.commit())
 
     def _send(self, ident: bytes, msg: dict) -> bool:
+        sock = self.sock if ident[:1] == LOCAL or self.remote is None else self.remote.sock
         try:
-            self.sock.send_multipart([ident, pack(msg)], zmq.NOBLOCK)
+            sock.send_multipart([ident[1:], pack(msg)], zmq.NOBLOCK)
             return True
         except zmq.ZMQError:  # peer gone (ROUTER_MANDATORY) or its queue is full: it will ask again
             return False
 
     # --- queries ----------------------------------------------------------------------------
 
-    def _on_query(self, ident: bytes, msg: dict) -> None:
+    def _on_query(self, ident: bytes, msg: dict, client_key: str | None = None) -> None:
         op = self._ops.get(msg["op"])
         args = msg.get("args") or {}
         try:
@@ -385,11 +424,22 @@ class Agent(CommandDesk):
                 raise ValueError(f"unknown query {str(msg['op'])[:40]!r}")
             if not isinstance(args, dict):
                 raise TypeError("query args must be a map")
+            if msg["op"] == "command":
+                args = {**args, "who": self._sender(args.get("who"), client_key)}
             data = op(args)
         except (LookupError, ValueError, TypeError, OverflowError) as exc:
             self._bad_input(ident, exc.args[0] if exc.args else str(exc), msg["id"])
             return
         self._replies.append((ident, {"t": "r", "id": msg["id"], "data": data}))
+
+    def _sender(self, claimed: Any, client_key: str | None) -> dict[str, str]:
+        """Who sent a command: over CURVE, the authenticated key and its allow-list name; the
+        user/host/client a peer claims are kept beside it, never instead of it."""
+        who = {k: str(v)[:100] for k, v in claimed.items()
+               if k in ("user", "host", "client") and isinstance(v, str)} if isinstance(claimed, dict) else {}
+        if client_key is None or self.remote is None:
+            return {**who, "via": "loopback"}
+        return {**who, "via": "curve", "key": client_key, "name": self.remote.allow.name(client_key) or "?"}
 
     def _op_ping(self, args: dict) -> dict:
         return {"version": __version__, "host": self.host, "head": self.store.head, "pid": os.getpid(),
@@ -416,6 +466,15 @@ class Agent(CommandDesk):
         limit = min(query_arg(args, "limit_points", int, MAX_PAGE_POINTS), MAX_PAGE_POINTS)
         entries, cursor = self.store.read(after, run=run, kinds=kinds(args.get("kinds")), limit_points=limit)
         return {"entries": entries, "cursor": cursor}
+
+
+def _tune(sock: zmq.Socket) -> None:
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 10_000)
+    sock.setsockopt(zmq.RCVHWM, 10_000)
+    sock.setsockopt(zmq.IPV6, 1)
 
 
 def _count(value: Any) -> int:

@@ -1,11 +1,13 @@
-"""``python -m gui [--agent URL ...] [--store FILE]``: the desktop app (``pilothouse gui`` runs this)."""
+"""``python -m gui [--agent URL ...] [--store FILE] [--keys DIR]``: the desktop app (``pilothouse gui`` runs this)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from agent.cli import url_arg
+from agent.security import ENV_KEYS, SecurityError, client_keys
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,7 +15,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agent", action="append", type=url_arg, default=[],
                         help="agent URL to follow (repeatable); added to the remembered agents")
     parser.add_argument("--store", help="the app's local store file (default: the user data dir)")
+    parser.add_argument("--keys", help=f"CurveZMQ keyring directory (default: ${ENV_KEYS} or the user config dir)")
     args = parser.parse_args(argv)
+    if args.keys:
+        os.environ[ENV_KEYS] = args.keys  # every link's Client reads the keyring from here
+    for url in args.agent:
+        try:
+            client_keys(url)
+        except SecurityError as exc:
+            parser.error(str(exc))
     from ._qt.app import run_app  # Qt only once the arguments are known to be good
 
     return run_app(sys.argv[:1], args.store, args.agent)

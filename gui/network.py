@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.client import AgentError, Client, Entry
+from agent.security import SecurityError
 from agent.protocol import KIND_METRIC, check_url
 
 from .local_store import LocalStore
@@ -97,6 +98,8 @@ class AgentLink:
                 feed = stack.enter_context(Client(self.url))  # own socket: request() would eat stream data
                 ask = stack.enter_context(Client(self.url, timeout=self.poll * 2))
                 self._follow(store, feed, ask)
+        except SecurityError as exc:  # no key for this agent, or an exposed one: the health says what to run
+            self._set(error=str(exc))
         except Exception as exc:  # a bug or a broken store: say so in the health, never die silently
             self._set(error=f"{type(exc).__name__}: {exc}")
             raise
@@ -154,11 +157,12 @@ class AgentLink:
         sent = time.monotonic()
         try:
             runs = ask.runs()
-        except AgentError:  # no answer (AgentUnavailable) or a refusal: try again next turn
+        except AgentError as exc:  # no answer, a refused key, a refusal: shown, and tried again next turn
+            self._set(error=str(exc))
             return None, heard
         answered = time.monotonic()
         store.put_runs(self.url, runs)
-        self._set(lag=answered - sent)
+        self._set(lag=answered - sent, error="")
         return runs, answered
 
     def _note_behind(self, entries: list[Entry]) -> None:

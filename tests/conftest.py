@@ -77,6 +77,12 @@ class AgentProcess:
                 self.proc.wait()
 
 
+@pytest.fixture(autouse=True)
+def own_keyring(tmp_path, monkeypatch):
+    """Tests (and the processes they start) never see the user's real CurveZMQ keys."""
+    monkeypatch.setenv("PILOTHOUSE_KEYS", str(tmp_path / "no-keys"))
+
+
 @pytest.fixture
 def agent_proc(tmp_path):
     proc = AgentProcess(tmp_path / "agent", free_port(), ["--stale-after", "3"]).start()

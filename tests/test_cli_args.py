@@ -111,7 +111,7 @@ def test_non_loopback_bind_is_refused_and_leaves_nothing(tmp_path, host):
     started = time.monotonic()
     r = run_cli("agent", "--bind", f"tcp://{host}:{port}", "--data", str(data), timeout=20)
     assert r.returncode == 2, r
-    assert "loopback" in r.stderr and "SSH" in r.stderr and "ssh -L" in r.stderr, r.stderr
+    assert "loopback" in r.stderr and "SSH" in r.stderr and "ssh -N -L" in r.stderr and "--listen" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert time.monotonic() - started < 15
     assert not data.exists(), "a refused agent created its data directory"

@@ -1,0 +1,285 @@
+"""CurveZMQ keys: who may reach an agent from another machine, and which agent a client trusts.
+
+The agent's loopback port stays plain (trainers and local tools); anything reachable from the
+network is a second, CURVE-only listener.  A keyring is one directory, like ``~/.ssh``:
+
+* ``agent.key`` / ``agent.key_secret`` and ``client.key`` / ``client.key_secret``, ZeroMQ
+  certificates (the secret files are 0600 and refused when others can read them);
+* ``allowed_clients``: the client public keys this node's agent admits, one ``KEY NAME`` a line;
+* ``known_agents``: the agent public key a client expects at each URL, one ``URL KEY`` a line.
+
+Keys are shown and stored as hex: z85 uses ``$ & ! # -`` and breaks in a shell or argument list.
+
+Both sides authenticate: the agent admits only listed client keys (ZAP on the agent's own
+context, with ``ZAP_ENFORCE_DOMAIN`` so a missing handler refuses instead of admitting), and a
+client talks CURVE only to the key it was told, so a wrong server cannot finish the handshake.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
+
+from .protocol import check_url, is_loopback
+
+ENV_KEYS = "PILOTHOUSE_KEYS"
+ZAP_DOMAIN = "pilothouse"
+ROLES = ("agent", "client")
+ALLOWED_FILE = "allowed_clients"
+KNOWN_FILE = "known_agents"
+_NAME = re.compile(r"[A-Za-z0-9@._+-]{1,64}")
+
+
+class SecurityError(ValueError):
+    """Keys are missing, malformed or exposed; the message says what to run."""
+
+
+@dataclass(frozen=True)
+class Keypair:
+    public: bytes  # z85, as zmq.auth loads it and the curve_* socket options take it
+    secret: bytes
+
+
+def default_keys_dir() -> Path:
+    return Path(os.environ.get(ENV_KEYS) or Path(platformdirs.user_config_dir("pilothouse")) / "keys")
+
+
+def check_key(text: object) -> str:
+    """A CURVE public key as 64 hex digits (safe to paste into a shell); ZeroMQ's z85 form is accepted too."""
+    if isinstance(text, str) and len(text) == 64:
+        try:
+            return bytes.fromhex(text).hex()
+        except ValueError:
+            pass
+    elif isinstance(text, str) and len(text) == 40:
+        try:
+            return key_hex(text)
+        except (ValueError, UnicodeEncodeError, KeyError):
+            pass
+    raise SecurityError(f"a public key is 64 hex digits (`pilothouse keys show` prints it), got {text!r:.80}")
+
+
+def key_hex(z85_key: str | bytes) -> str:
+    raw = z85_key.encode("ascii") if isinstance(z85_key, str) else z85_key
+    decoded = z85.decode(raw)
+    if len(decoded) != 32:
+        raise ValueError("not a 32-byte key")
+    return decoded.hex()
+
+
+def check_key_name(text: object) -> str:
+    if not isinstance(text, str) or not _NAME.fullmatch(text):
+        raise SecurityError(f"a key name is 1-64 letters, digits or @._+- (like alice@laptop), got {text!r:.80}")
+    return text
+
+
+class Keyring:
+    def __init__(self, directory: str | Path | None = None):
+        self.dir = Path(directory) if directory is not None else default_keys_dir()
+
+    # --- keypairs ------------------------------------------------------------------------
+
+    def init(self, force: bool = False) -> list[Path]:
+        """Create this machine's agent and client keypairs; existing ones are kept unless forced."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.dir, 0o700)
+        made = []
+        for role in ROLES:
+            public, secret = self._paths(role)
+            if secret.exists() and not force:
+                continue
+            for path in (public, secret):
+                path.unlink(missing_ok=True)
+            old = os.umask(0o077)  # the secret file never exists with wider permissions
+            try:
+                zmq.auth.create_certificates(str(self.dir), role)
+            finally:
+                os.umask(old)
+            os.chmod(public, 0o644)
+            made += [public, secret]
+        return made
+
+    def keypair(self, role: str) -> Keypair:
+        public, secret = self._paths(role)
+        if not secret.exists():
+            raise SecurityError(f"no {role} key in {self.dir}: run `pilothouse keys init`")
+        _refuse_exposed(secret, readable=True)
+        pub, sec = zmq.auth.load_certificate(str(secret))
+        if sec is None:
+            raise SecurityError(f"{secret} holds no secret key")
+        return Keypair(pub, sec)
+
+    def public(self, role: str) -> str:
+        public, _ = self._paths(role)
+        if not public.exists():
+            raise SecurityError(f"no {role} key in {self.dir}: run `pilothouse keys init`")
+        return key_hex(zmq.auth.load_certificate(str(public))[0])
+
+    def _paths(self, role: str) -> tuple[Path, Path]:
+        if role not in ROLES:
+            raise ValueError(f"key role is agent or client, got {role!r}")
+        return self.dir / f"{role}.key", self.dir / f"{role}.key_secret"
+
+    # --- the agent's allow-list ------------------------------------------------------------
+
+    def allowed(self) -> dict[str, str]:
+        """Client public key -> name."""
+        return dict(self._read(ALLOWED_FILE))
+
+    def allow(self, key: str, name: str) -> None:
+        key, name = check_key(key), check_key_name(name)
+        entries = [(k, n) for k, n in self._read(ALLOWED_FILE) if k != key]
+        self._write(ALLOWED_FILE, entries + [(key, name)])
+
+    def revoke(self, key_or_name: str) -> list[str]:
+        """Remove a client by key or name; returns the names removed."""
+        entries = self._read(ALLOWED_FILE)
+        gone = [n for k, n in entries if key_or_name in (k, n)]
+        if not gone:
+            raise SecurityError(f"no allowed client {key_or_name!r} in {self.dir / ALLOWED_FILE}")
+        self._write(ALLOWED_FILE, [(k, n) for k, n in entries if key_or_name not in (k, n)])
+        return gone
+
+    # --- the client's known agents ---------------------------------------------------------
+
+    def trust(self, url: str, key: str) -> None:
+        url, key = check_url(url), check_key(key)
+        self._write(KNOWN_FILE, [(u, k) for u, k in self._read(KNOWN_FILE) if u != url] + [(url, key)])
+
+    def agent_key(self, url: str) -> str | None:
+        return dict(self._read(KNOWN_FILE)).get(url)
+
+    def known_agents(self) -> dict[str, str]:
+        return dict(self._read(KNOWN_FILE))
+
+    # --- files -----------------------------------------------------------------------------
+
+    def _read(self, name: str) -> list[tuple[str, str]]:
+        path = self.dir / name
+        if not path.exists():
+            return []
+        _refuse_exposed(path, readable=False)
+        pairs = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            fields = line.split()  # no comments: '#' is a z85 character
+            if not fields:
+                continue
+            if len(fields) != 2:
+                raise SecurityError(f"{path}:{number}: expected two fields, got {line!r:.120}")
+            pairs.append((fields[0], fields[1]))
+        return pairs
+
+    def _write(self, name: str, pairs: list[tuple[str, str]]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path, tmp = self.dir / name, self.dir / f".{name}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(f"{a} {b}\n" for a, b in pairs)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+
+def _refuse_exposed(path: Path, *, readable: bool) -> None:
+    """Secrets readable by others, or lists others may edit, are refused, not used."""
+    st = path.stat()
+    mask = stat.S_IRWXG | stat.S_IRWXO if readable else stat.S_IWGRP | stat.S_IWOTH
+    if st.st_mode & mask or st.st_uid != os.getuid():
+        what = "readable" if readable else "writable"
+        raise SecurityError(f"refusing {path}: it is {what} by other users or not yours "
+                            f"(mode {stat.S_IMODE(st.st_mode):o}); run `chmod 600 {path}`")
+
+
+# --- sockets ---------------------------------------------------------------------------------
+
+class AllowList:
+    """The ZAP callback: re-reads ``allowed_clients`` when it changes, so `keys allow` needs no restart."""
+
+    def __init__(self, ring: Keyring):
+        self.ring = ring
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int] | None = None
+        self._names: dict[str, str] = self._load()
+
+    def _load(self) -> dict[str, str]:
+        path = self.ring.dir / ALLOWED_FILE
+        try:
+            st = path.stat()
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if stamp != self._stamp or stamp is None:
+            self._stamp = stamp
+            return self.ring.allowed()
+        return self._names
+
+    def name(self, key: str) -> str | None:
+        with self._lock:
+            try:
+                self._names = self._load()
+            except (OSError, SecurityError):
+                self._names = {}  # unreadable or exposed: admit no one rather than stale entries
+            return self._names.get(key)
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """pyzmq's authenticator hands over the client key z85-encoded."""
+        return domain == ZAP_DOMAIN and self.name(key_hex(key)) is not None
+
+
+class CurveListener:
+    """The agent's network-facing ROUTER: CURVE server, ZAP on the same context, domain enforced."""
+
+    def __init__(self, ctx: zmq.Context, url: str, ring: Keyring):
+        self.url = check_url(url, bind=True)
+        keys = ring.keypair("agent")
+        if not ring.allowed():
+            raise SecurityError(f"no client may connect to {url}: allow one with "
+                                f"`pilothouse keys allow CLIENT_PUBLIC_KEY --name NAME` (keys in {ring.dir})")
+        self.allow = AllowList(ring)
+        self.auth = ThreadAuthenticator(ctx)
+        self.auth.start()
+        self.auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=self.allow)
+        self.sock = ctx.socket(zmq.ROUTER)
+        secure_server(self.sock, keys)
+        self.public = key_hex(keys.public)
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+        self.auth.stop()
+
+
+def secure_server(sock: zmq.Socket, keys: Keypair) -> None:
+    sock.curve_server = True
+    sock.curve_secretkey = keys.secret
+    sock.curve_publickey = keys.public
+    sock.zap_domain = ZAP_DOMAIN.encode()
+    sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)  # no ZAP handler answering means refused, not admitted
+
+
+def client_keys(url: str, ring: Keyring | None = None) -> tuple[Keypair, str] | None:
+    """This client's keypair and the agent key to expect at ``url``, or None for a plain local URL."""
+    ring = ring if ring is not None else Keyring()
+    server = ring.agent_key(url) if ring.dir.exists() else None
+    if server is None:
+        if is_loopback(url):
+            return None
+        raise SecurityError(f"no agent key known for {url}: on the agent's node run `pilothouse keys show`, "
+                            f"then here `pilothouse keys trust {url} AGENT_PUBLIC_KEY` (or use an SSH tunnel "
+                            f"to the agent's loopback port)")
+    return ring.keypair("client"), server
+
+
+def secure_client(sock: zmq.Socket, keys: Keypair, server_key: str) -> None:
+    sock.curve_publickey = keys.public
+    sock.curve_secretkey = keys.secret
+    sock.curve_serverkey = bytes.fromhex(server_key)
