@@ -8,6 +8,7 @@ nothing; an allowed client steers the run and the audit log names its key.
 
 from __future__ import annotations
 
+import ast
 import ipaddress
 import os
 import sqlite3
@@ -27,6 +28,7 @@ from agent.protocol import DEFAULT_PORT, DEFAULT_URL, pack, unpack
 from agent.security import CurveListener, Keyring, SecurityError, secure_client, secure_server
 from gui.local_store import LocalStore
 from gui.network import AgentLink
+from test_layering import imported_roots
 from conftest import ROOT, AgentProcess, finish, free_port, start_trainer, wait_until
 
 LOOP = """
@@ -393,3 +395,81 @@ def test_the_apps_link_follows_over_curve_and_reports_a_refused_key(tmp_path, gu
     finally:
         outsider.stop()
     assert LocalStore(tmp_path / "outsider.sqlite").runs() == []
+
+
+# --- the wire cannot reach code or files ---------------------------------------------------------------
+
+UNSAFE_MODULES = {"pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle", "yaml", "jsonpickle"}
+WIRE_MODULES = ["server.py", "commands.py", "readers.py", "protocol.py", "store.py", "security.py"]
+
+
+def calls(path: Path) -> list[ast.Call]:
+    return [n for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, ast.Call)]
+
+
+def call_name(node: ast.Call) -> str:
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def test_no_unsafe_deserialisation_or_dynamic_dispatch():
+    sources = sorted((ROOT / "agent").rglob("*.py")) + sorted((ROOT / "gui").rglob("*.py"))
+    unsafe = {str(p.relative_to(ROOT)): sorted(imported_roots(p) & UNSAFE_MODULES) for p in sources}
+    assert not {k: v for k, v in unsafe.items() if v}
+    dynamic = [(str(p.relative_to(ROOT)), n.lineno) for p in sources for n in calls(p)
+               if isinstance(n.func, ast.Name) and n.func.id in ("eval", "exec", "compile", "__import__")
+               or call_name(n) == "getattr" and len(n.args) > 1 and not isinstance(n.args[1], ast.Constant)
+               or call_name(n) == "import_module" and p.name != "__init__.py"]
+    assert not dynamic, dynamic
+
+
+def test_wire_handling_code_builds_no_file_paths():
+    """The only file the agent's message path touches is the journal it was started with."""
+    touching = {"open", "unlink", "remove", "rmtree", "mkdir", "rename", "replace", "write_text", "write_bytes"}
+    found = [(name, n.lineno, call_name(n)) for name in WIRE_MODULES for n in calls(ROOT / "agent" / name)
+             if call_name(n) in touching]
+    # security.py writes the keyring's own files (CLI only); store.py creates the journal's directory
+    allowed = {("security.py", "mkdir"), ("security.py", "open"), ("security.py", "unlink"),
+               ("security.py", "replace"), ("store.py", "mkdir")}
+    assert [f for f in found if (f[0], f[2]) not in allowed] == []
+
+
+def test_garbage_on_the_curve_port_changes_nothing(tmp_path, guarded):
+    """Raw bytes instead of a handshake, and garbage frames after a good one: the agent answers
+    pings throughout, stores nothing new, and its memory stays put."""
+    import random
+    import socket as pysocket
+
+    ring, proc, remote, run_id, local = guarded
+    port = int(remote.rsplit(":", 1)[1])
+    rng = random.Random(6)
+    rss_before = psutil.Process(proc.proc.pid).memory_info().rss
+    for i in range(300):
+        with pysocket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            greeting = b"\xff" + bytes(8) + b"\x7f\x03\x00CURVE" + bytes(15) if i % 3 == 0 else b""
+            try:
+                s.sendall(greeting + rng.randbytes(rng.randrange(1, 4096)))
+                s.recv(64)
+            except OSError:
+                pass  # the agent hung up on us: that is the point
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    secure_client(sock, ring.keypair("client"), ring.public("agent"))
+    sock.connect(remote)
+    errors = 0
+    for _ in range(300):
+        sock.send_multipart([rng.randbytes(rng.randrange(0, 300)) for _ in range(rng.choice((1, 1, 2)))])
+    deadline = time.monotonic() + 10
+    while errors < 300 and time.monotonic() < deadline:
+        if sock.poll(200):
+            errors += unpack(sock.recv())["t"] == "err"
+    sock.close()
+    assert errors == 300  # each garbage message refused, one error each
+    with Client(remote, timeout=5, keys=ring) as client:
+        assert client.ping()["bad_frames"] >= 300
+    assert commands_stored(proc) == 0
+    assert [r["id"] for r in local.runs() if r["kind"] == "train"] == [run_id]
+    growth = psutil.Process(proc.proc.pid).memory_info().rss - rss_before
+    print(f"agent RSS growth after 600 garbage connections/frames: {growth / 1e6:.1f} MB")
+    assert growth < 30e6
