@@ -23,7 +23,8 @@ import numpy as np
 import zmq
 import zmq.utils.monitor
 
-from .protocol import DEFAULT_URL, ENTRY_FIELDS, KIND_METRIC, ProtocolError, check_url, pack, unpack
+from .protocol import (DEFAULT_URL, ENTRY_FIELDS, INT64_MAX, KIND_METRIC, KINDS, MAX_MESSAGE_BYTES, ProtocolError,
+                       check_url, pack, unpack)
 from .security import Keyring, client_keys, key_hex, secure_client
 from .store import join_chunks
 
@@ -73,6 +74,7 @@ class Client:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.IMMEDIATE, 1)
             sock.setsockopt(zmq.IPV6, 1)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)  # a broken agent cannot make us buffer more
             if self._curve is not None:
                 secure_client(sock, *self._curve)
                 self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -140,15 +142,22 @@ class Client:
                 continue
             msg = _decode(sock.recv())
             if msg.get("t") == "err" and msg.get("id") in (req_id, None):
-                raise AgentError(str(msg.get("msg")))
+                text = msg.get("msg")
+                raise AgentError(text[:2000] if isinstance(text, str) else "the agent sent a malformed error")
             if msg.get("t") == "r" and msg.get("id") == req_id:
                 return msg.get("data")
 
     def ping(self) -> dict:
-        return self.request("ping")
+        data = self.request("ping")
+        if not isinstance(data, dict) or not isinstance(data.get("journal", ""), (str, type(None))):
+            raise ProtocolError("the agent's ping answer is malformed")
+        return data
 
     def runs(self) -> list[dict]:
-        return self.request("runs")
+        data = self.request("runs")
+        if not isinstance(data, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in data):
+            raise ProtocolError("the agent's run list is malformed")
+        return data
 
     def resolve(self, ref: str) -> str:
         return self.request("resolve", ref=ref)
@@ -159,7 +168,9 @@ class Client:
         if limit_points is not None:
             args["limit_points"] = limit_points
         data = self.request("read", **args)
-        return Page([Entry(*e) for e in data["entries"]], data["cursor"])
+        if not isinstance(data, dict):
+            raise ProtocolError("the agent's read answer is malformed")
+        return _page(data.get("entries"), data.get("cursor"))
 
     def history(self, run: str | None = None, kinds: Iterable[str] | None = None,
                 after: int = 0) -> Iterator[Page]:
@@ -226,9 +237,13 @@ class Client:
                 if msg.get("t") != "data":
                     continue
                 last_heard = time.monotonic()
-                fresh = [Entry(*e) for e in msg.get("entries", ()) if e[0] > cursor]
-                cursor = max(cursor, int(msg.get("cursor", cursor)))
                 self._socket().send(pack({"t": "credit", "n": 1}), zmq.NOBLOCK)
+                try:
+                    page = _page(msg.get("entries"), msg.get("cursor"))
+                except ProtocolError:
+                    continue  # a malformed page is skipped; its credit is returned all the same
+                fresh = [e for e in page.entries if e.id > cursor]
+                cursor = max(cursor, page.cursor)
                 yield Page(fresh, cursor)
         finally:
             if self._sock is not None:
@@ -236,6 +251,27 @@ class Client:
                     self._sock.send(pack({"t": "unsub"}), zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass
+
+
+def _page(entries: Any, cursor: Any) -> Page:
+    """Entries as the protocol defines them, or ProtocolError: nothing malformed reaches the caller."""
+    if type(cursor) is not int or not 0 <= cursor <= INT64_MAX or not isinstance(entries, list):
+        raise ProtocolError("a page needs a cursor in [0, 2**63) and a list of entries")
+    out = []
+    for e in entries:
+        if not isinstance(e, list) or len(e) != len(ENTRY_FIELDS):
+            raise ProtocolError("a journal entry has the wrong shape")
+        entry = Entry(*e)
+        sized = (entry.steps, entry.vals, entry.times)
+        if not (type(entry.id) is int and 0 < entry.id <= cursor and isinstance(entry.run, str)
+                and entry.kind in KINDS and isinstance(entry.metric, (str, type(None)))
+                and all(type(v) is int and 0 <= v <= INT64_MAX for v in (entry.rank, entry.n))
+                and isinstance(entry.body, (bytes, type(None)))
+                and (all(isinstance(b, bytes) and len(b) == 8 * entry.n for b in sized) if entry.kind == KIND_METRIC
+                     else all(b is None for b in sized))):
+            raise ProtocolError(f"malformed journal entry {str(e)[:120]}")
+        out.append(entry)
+    return Page(out, cursor)
 
 
 def _decode(frame: bytes) -> dict:

@@ -25,7 +25,7 @@ import numpy as np
 import platformdirs
 import sqlite_utils
 
-from agent.protocol import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS
+from agent.protocol import INT64_MAX, KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS
 from agent.store import join_chunks
 
 ENV_APP_DATA = "PILOTHOUSE_APP_DATA"  # a folder; the store is store.sqlite inside it
@@ -135,7 +135,7 @@ class LocalStore:
     def put_runs(self, url: str, runs: Iterable[dict]) -> None:
         """Upsert the run dicts ``Client.runs()`` returned by this agent."""
         now = time.time()
-        rows = [(url, r["id"], *(r.get(c) for c in _RUN_COLUMNS), now,
+        rows = [(url, r["id"], *(_column(r.get(c)) for c in _RUN_COLUMNS), now,
                  msgpack.packb(r, use_bin_type=True)) for r in runs]
         with self._transaction():
             self.db.conn.executemany(f"INSERT OR REPLACE INTO runs VALUES ({','.join('?' * (len(_RUN_COLUMNS) + 4))})", rows)
@@ -196,3 +196,10 @@ class _Transaction:
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self.db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+
+
+def _column(value: Any) -> Any:
+    """What SQLite can hold in a run-table column; anything else stays only in the run's packed dict."""
+    if isinstance(value, (str, float)) or type(value) is int and -INT64_MAX - 1 <= value <= INT64_MAX:
+        return value
+    return None

@@ -33,7 +33,7 @@ import numpy as np
 
 from agent.client import AgentError, Client, Entry
 from agent.security import SecurityError
-from agent.protocol import KIND_METRIC, check_url
+from agent.protocol import KIND_METRIC, ProtocolError, check_url
 
 from .local_store import LocalStore
 
@@ -149,7 +149,7 @@ class AgentLink:
         """An agent restarted on a new data dir numbers entries from 1 again: start over."""
         try:
             journal = ask.ping().get("journal")
-        except AgentError:
+        except (AgentError, ProtocolError):
             return False
         return bool(journal) and store.adopt_journal(self.url, journal)
 
@@ -157,7 +157,7 @@ class AgentLink:
         sent = time.monotonic()
         try:
             runs = ask.runs()
-        except AgentError as exc:  # no answer, a refused key, a refusal: shown, and tried again next turn
+        except (AgentError, ProtocolError) as exc:  # no answer, a refused key, garbage: shown, tried again
             self._set(error=str(exc))
             return None, heard
         answered = time.monotonic()

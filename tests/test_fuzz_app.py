@@ -1,0 +1,720 @@
+"""Fuzz the app's side of the wire, and the agent's memory under fuzz and connection churn.
+
+``test_fuzz.py`` fuzzes the agent's port.  Here the roles turn round: a fake agent (a real
+ROUTER on loopback, ``FakeAgent``) answers the app's network layer (``agent.client.Client``
+and ``gui.network.AgentLink``, which writes into ``gui.local_store.LocalStore``) with
+hypothesis-drawn garbage: raw bytes, random msgpack, and replies shaped like the protocol's
+(``r``/``err``/``data``/``welcome``/``ack``...) with wrong field types, out-of-range and
+negative cursors, entries of the wrong arity, NaN, deep nesting and long strings.  The app
+must skip or refuse what it cannot use, keep following, keep reporting health, never touch
+what it already stored, and follow an honest agent again afterwards.
+
+Integers that could stand as a cursor or an entry id are drawn either invalid (negative,
+above int64) or below ``HONEST_BASE``: a protocol-valid but wrong cursor cannot be told from a
+real one, and the honest journal served after the fuzz starts above that range.
+
+Memory: the agent's RSS under ~35k invalid frames and a thousand connections that subscribe
+and vanish, and the link's Python heap under a long stream of garbage, stay under fixed bounds.
+Hypothesis is derandomized (the same examples on every run) and does not shrink: the link
+and the fake agent are threads with state, so an example's failure is reported as drawn.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import sqlite3
+import threading
+import time
+import tracemalloc
+from collections import deque
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import psutil
+import pytest
+import zmq
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import agent
+from agent.client import AgentError, Client, Entry, Page
+from agent.protocol import INBOUND, MAX_MESSAGE_BYTES, ProtocolError, decode
+from conftest import AgentProcess, finish, free_port, start_trainer, wait_until
+from gui.local_store import LocalStore
+from gui.network import AgentLink
+
+SETTINGS = settings(deadline=None, database=None, derandomize=True, print_blob=True,
+                    phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+
+HONEST_BASE = 10 ** 7  # honest journal ids served after a fuzz start above every valid fuzzed id
+GOOD_URL = "tcp://127.0.0.1:9"  # an agent the app heard from earlier; its stored rows must not change
+HONEST_RUN = "honestrun"
+JOURNAL = "fakejournal-0001"
+ALLOWED = (AgentError, ProtocolError)  # what the client may raise at a bad reply (AgentUnavailable is an AgentError)
+
+# --- strategies ------------------------------------------------------------------------------
+
+# invalid as a cursor (negative, above int64) or below HONEST_BASE; see the module docstring
+INTS = st.one_of(st.integers(-(2 ** 63), -1), st.integers(0, 10 ** 6), st.integers(2 ** 63, 2 ** 64 - 1))
+LONG = st.sampled_from(["x" * 70_000, "\u00e9" * 300_000, "\x1b[2J" * 1000])
+ANY = st.recursive(
+    st.none() | st.booleans() | INTS | st.floats() | st.text(max_size=20) | st.binary(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+).filter(lambda v: v != HONEST_RUN)
+NESTED = st.integers(20, 500).map(lambda d: _nest(d))  # packb refuses deeper; ``deep`` frames go further
+WEIRD = st.one_of(ANY, LONG, NESTED, st.just(float("nan")), st.just(float("inf")))
+ECHO = "\x00echo"  # a reply's id: replaced by the id of the request it answers
+
+
+def _nest(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _blob(draw_bytes: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(draw_bytes, st.binary(max_size=7), st.just(b""), WEIRD)
+
+
+ENTRY_TYPED = st.tuples(
+    INTS, st.one_of(st.sampled_from(["fz", "sys-x"]), st.text(max_size=8), LONG, ANY).filter(lambda r: r != HONEST_RUN),
+    st.one_of(st.sampled_from(["m", "r", "e"]), ANY), st.one_of(st.sampled_from(["loss", ""]), ANY),
+    st.one_of(INTS, ANY), st.one_of(st.integers(0, 4), INTS, ANY),
+    _blob(st.binary(min_size=8, max_size=32)), _blob(st.binary(min_size=8, max_size=32)),
+    _blob(st.binary(min_size=8, max_size=32)), st.one_of(st.none(), st.binary(max_size=16), ANY)).map(list)
+ENTRY = st.one_of(ENTRY_TYPED, st.lists(ANY, max_size=12), ANY)  # right arity, wrong arity, not a list
+ENTRIES = st.one_of(st.lists(ENTRY, max_size=4), ANY)
+CURSOR = st.one_of(INTS, st.floats(), st.text(max_size=5), st.none(), ANY)
+
+
+def _with_holes(d: dict) -> st.SearchStrategy:
+    """Every key kept or dropped, so missing fields are fuzzed too (``t`` always stays)."""
+    keys = [k for k in d if k != "t"]
+    return st.lists(st.sampled_from(keys), unique=True, max_size=len(keys)).map(
+        lambda drop: {k: v for k, v in d.items() if k not in drop}) if keys else st.just(d)
+
+
+def shaped(t: str, **fields: st.SearchStrategy) -> st.SearchStrategy:
+    return st.fixed_dictionaries({"t": st.just(t), **fields}).flatmap(_with_holes)
+
+
+RUN_DICT = st.one_of(
+    st.fixed_dictionaries({"id": st.one_of(st.text(min_size=1, max_size=8), LONG, ANY).filter(lambda r: r != HONEST_RUN)},
+                          optional={k: WEIRD for k in ("project", "name", "kind", "status", "host", "last_step",
+                                                       "created")}),
+    ANY)
+PING_DATA = st.fixed_dictionaries({}, optional={"journal": st.one_of(st.just(JOURNAL), st.text(max_size=20), LONG, ANY),
+                                                "head": CURSOR, "host": WEIRD, "pid": WEIRD})
+READ_DATA = st.fixed_dictionaries({}, optional={"entries": ENTRIES, "cursor": CURSOR})
+ANSWER_ID = st.one_of(st.just(ECHO), st.just(ECHO), st.just(ECHO), st.none(), ANY)
+SHAPED_REPLY = st.one_of(
+    shaped("r", id=ANSWER_ID, data=st.one_of(PING_DATA, st.lists(RUN_DICT, max_size=3), READ_DATA, WEIRD)),
+    shaped("err", id=ANSWER_ID, msg=WEIRD),
+    shaped("data", cursor=CURSOR, entries=ENTRIES),
+    shaped("welcome", run=WEIRD, rank=WEIRD, seq=CURSOR),
+    shaped("ack", run=WEIRD, rank=WEIRD, seq=CURSOR),
+    st.builds(lambda t, body: {**body, "t": t}, st.sampled_from(["nack", "finished", "r", "data", "", "zzz"]),
+              st.dictionaries(st.text(max_size=6), WEIRD, max_size=4)),
+)
+ANSWER = st.one_of(  # a reply that answers the request it gets: the client must check what is inside
+    st.fixed_dictionaries({"t": st.just("r"), "id": st.just(ECHO)}, optional={
+        "data": st.one_of(PING_DATA, st.lists(RUN_DICT, max_size=3), READ_DATA, WEIRD)}),
+    st.fixed_dictionaries({"t": st.just("err"), "id": st.sampled_from([ECHO, None])}, optional={"msg": WEIRD}),
+).map(lambda o: ("obj", o))
+STREAM = shaped("data", cursor=CURSOR, entries=ENTRIES).map(lambda o: ("obj", o))
+# ("raw", bytes), ("obj", msgpack-able), ("deep", type, field, depth): built against the request they answer
+RAW = st.one_of(st.binary(max_size=512), st.binary(max_size=64).map(lambda b: b"\xdf" + b),
+                st.binary(max_size=64).map(lambda b: b"\x82\xa1t\xa4data" + b)).map(lambda b: ("raw", b))
+RANDOM_MSGPACK = st.one_of(ANY, st.dictionaries(st.sampled_from(["t", "id", "data", "cursor", "entries"]), ANY,
+                                                max_size=4)).map(lambda o: ("obj", o))
+DEEP = st.tuples(st.just("deep"), st.sampled_from([("err", "msg"), ("r", "data"), ("data", "entries")]),
+                 st.sampled_from([600, 999, 1000, 1023, 1024, 5000]))
+GARBAGE = st.one_of(RAW, RANDOM_MSGPACK).filter(  # what the client must simply skip: no reply nor data
+    lambda item: not (item[0] == "obj" and isinstance(item[1], dict) and item[1].get("t") in ("r", "err", "data")))
+REPLY = st.one_of(RAW, RANDOM_MSGPACK, SHAPED_REPLY.map(lambda o: ("obj", o)), DEEP)
+
+
+def build(item: tuple, request: dict) -> bytes:
+    """The frame for a drawn reply, with ``ECHO`` replaced by the id of ``request``."""
+    req_id = request.get("id") if isinstance(request, dict) else None
+    if item[0] == "raw":
+        return item[1]
+    if item[0] == "deep":
+        (t, field), depth = item[1], item[2]
+        head = {"t": t, **({"id": req_id} if t != "data" else {"cursor": 5})}
+        body = b"".join(msgpack.packb(k) + msgpack.packb(v) for k, v in head.items())
+        return bytes([0x80 | len(head) + 1]) + body + msgpack.packb(field) + b"\x91" * depth + b"\xc0"
+    obj = item[1]
+    if isinstance(obj, dict) and obj.get("id") == ECHO:
+        obj = {**obj, "id": req_id}
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+# --- the fake agent --------------------------------------------------------------------------
+
+def metric_entry(entry_id: int, run: str, steps: range) -> list:
+    s = np.array(steps, np.int64)
+    vals = np.where(s % 7 == 0, np.nan, s * 0.25).astype(np.float64)
+    return [entry_id, run, "m", "loss", 0, len(s), s.tobytes(), vals.tobytes(),
+            np.full(len(s), time.time()).tobytes(), None]
+
+
+class FakeAgent:
+    """A ROUTER on loopback.  Requests (q, sub, credit) get the next scripted reply if any, else
+    an honest answer from a small journal (``honest``) or none; ``push`` frames and the ``flood``
+    iterator go unasked to the last connection that subscribed (the app's stream socket)."""
+
+    def __init__(self):
+        self.url = f"tcp://127.0.0.1:{free_port()}"
+        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(self.url)
+        self.lock = threading.Lock()
+        self.script: deque[tuple] = deque()
+        self.push: deque[bytes] = deque()
+        self.flood = None
+        self.flooded = 0
+        self.honest = True
+        self.then_honest = False  # after a scripted reply, answer honestly too
+        self.entries: list[list] = []
+        self.reader: bytes | None = None
+        self.reader_cursor = 0
+        self.requests = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="fake agent", daemon=True)
+        self._thread.start()
+
+    def load(self, script: list[tuple], push: list[tuple]) -> None:
+        with self.lock:
+            self.script.extend(script)
+            self.push.extend(build(p, {}) for p in push)
+
+    def pending(self) -> int:
+        with self.lock:
+            return len(self.script) + len(self.push)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close(linger=0)
+
+    def _send(self, ident: bytes, frame: bytes) -> None:
+        try:
+            self.sock.send_multipart([ident, frame], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the app's queue is full: dropped, as a real ROUTER does
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            with self.lock:
+                pushed = list(self.push) if self.reader is not None else []
+                if pushed:
+                    self.push.clear()
+            for frame in pushed:
+                self._send(self.reader, frame)
+            if self.flood is not None and self.reader is not None:
+                for frame in self.flood:
+                    self._send(self.reader, frame)
+                    self.flooded += 1
+                    if self.flooded % 50 == 0:
+                        break
+            if self.honest and self.reader is not None:
+                self._stream()
+            if not self.sock.poll(2, zmq.POLLIN):
+                continue
+            ident, *_, frame = self.sock.recv_multipart()
+            try:
+                msg = msgpack.unpackb(frame, raw=False, strict_map_key=False)
+            except Exception:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            self.requests += 1
+            if msg.get("t") in ("sub", "credit"):
+                self.reader = ident
+                if msg.get("t") == "sub":
+                    self.reader_cursor = msg["after"]
+            with self.lock:
+                item = self.script.popleft() if self.script else None
+            if item is not None:
+                self._send(ident, build(item, msg))
+            if self.honest and (item is None or self.then_honest):
+                self._answer(ident, msg)
+
+    def _page(self, after: int) -> tuple[list, int]:
+        page = [e for e in self.entries if e[0] > after][:20]
+        head = self.entries[-1][0] if self.entries else 0
+        return page, (page[-1][0] if page else max(after, head))
+
+    def _stream(self) -> None:
+        page, cursor = self._page(self.reader_cursor)
+        if page:
+            self.reader_cursor = cursor
+            self._send(self.reader, msgpack.packb({"t": "data", "cursor": cursor, "entries": page}))
+
+    def _answer(self, ident: bytes, msg: dict) -> None:
+        if msg.get("t") == "sub":
+            page, cursor = self._page(msg["after"])
+            self.reader_cursor = cursor
+            self._send(ident, msgpack.packb({"t": "data", "cursor": cursor, "entries": page}))
+        if msg.get("t") != "q":
+            return
+        op, args = msg.get("op"), msg.get("args") or {}
+        if op == "ping":
+            data = {"journal": JOURNAL, "head": self._page(0)[1], "host": "fakehost", "pid": 1, "bad_frames": 0}
+        elif op == "runs":
+            data = [{"id": HONEST_RUN, "project": "p", "name": "n", "kind": "train", "status": "running",
+                     "host": "fakehost", "last_step": 0, "created": 1.0}]
+        elif op == "read":
+            page, cursor = self._page(args.get("after", 0))
+            data = {"entries": page, "cursor": cursor}
+        else:
+            self._send(ident, msgpack.packb({"t": "err", "id": msg.get("id"), "msg": f"unknown query {op!r}"}))
+            return
+        self._send(ident, msgpack.packb({"t": "r", "id": msg.get("id"), "data": data}))
+
+
+@pytest.fixture
+def fake():
+    f = FakeAgent()
+    yield f
+    f.close()
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+def seed_good_agent(path: Path) -> None:
+    """Data the app received earlier from another agent: metric chunks (NaN, -0.0), an event, a run."""
+    store = LocalStore(path)
+    store.add_agent(GOOD_URL, "good node")
+    entries = [metric_entry(i, "goodrun", range(10 * i, 10 * i + 10)) for i in range(1, 4)]
+    entries.append([4, "goodrun", "e", None, 0, 0, None, None, None, msgpack.packb({"what": "finished"})])
+    store.write_page(GOOD_URL, entries, 4)
+    store.put_runs(GOOD_URL, [{"id": "goodrun", "project": "p", "name": "good", "kind": "train",
+                               "status": "finished", "host": "h", "last_step": 39, "created": 2.0}])
+    store.close()
+
+
+def snapshot_good(path: Path) -> list:
+    con = sqlite3.connect(path, timeout=10)
+    try:
+        return [con.execute(f"SELECT * FROM {table} WHERE {key}=? ORDER BY 1, 2", [GOOD_URL]).fetchall()
+                for table, key in (("agents", "url"), ("runs", "agent"), ("entries", "agent"))]
+    finally:
+        con.close()
+
+
+class Watch:
+    """Health reports and uncaught exceptions of threads, for a link under fuzz."""
+
+    def __init__(self, monkeypatch):
+        self.reports: list[tuple[float, str]] = []
+        self.crashes: list[str] = []
+        hook = threading.excepthook
+        monkeypatch.setattr(threading, "excepthook", lambda args: (
+            self.crashes.append(f"{args.exc_type.__name__}: {args.exc_value}"), hook(args)))
+
+    def on_health(self, health) -> None:
+        self.reports.append((time.monotonic(), health.state))
+
+
+def start_link(fake: FakeAgent, path: Path, watch: Watch) -> AgentLink:
+    link = AgentLink(fake.url, path, on_health=watch.on_health, dead_after=1.0, runs_every=0.0, poll=0.02)
+    link.start()
+    return link
+
+
+def assert_link_alive(link: AgentLink, watch: Watch) -> None:
+    health = link.health()
+    # a health error text is allowed (a garbled answer is reported); a dead thread is not
+    assert link._thread.is_alive() and health.state != "stopped" and not watch.crashes, (
+        f"the link died: {health.error or watch.crashes}")
+
+
+def assert_honest_data_arrives(fake: FakeAgent, link: AgentLink, path: Path, watch: Watch, first: int) -> None:
+    """The fake turns honest and appends to its journal: the link gets all of it, exactly once."""
+    with fake.lock:
+        fake.script.clear()
+        fake.push.clear()
+        fake.flood = None
+        fake.honest = True
+        fake.entries.extend(metric_entry(first + i, HONEST_RUN, range(100 + 5 * i, 105 + 5 * i)) for i in range(1, 6))
+        want = np.concatenate([np.frombuffer(e[6], np.int64) for e in fake.entries])
+    store = LocalStore(path)
+    try:
+        wait_until(lambda: len(store.series(fake.url, HONEST_RUN, "loss")[0]) >= len(want), timeout=10,
+                   what="the honest journal after the fuzz")
+        steps, vals, _ = store.series(fake.url, HONEST_RUN, "loss")
+        assert sorted(steps.tolist()) == sorted(want.tolist()), "gap or duplicate"
+        want_vals = np.where(steps % 7 == 0, np.nan, steps * 0.25)
+        assert vals.tobytes() == want_vals.tobytes()
+        assert any(r["id"] == HONEST_RUN for r in store.runs(fake.url))
+    finally:
+        store.close()
+    wait_until(lambda: link.health().state == "connected", timeout=5, what="connected")
+    reports = len(watch.reports)
+    wait_until(lambda: len(watch.reports) > reports, timeout=3, what="health reports")  # at least once a second
+    assert_link_alive(link, watch)
+
+
+# --- the client ------------------------------------------------------------------------------
+
+def client_call(client: Client, op: str):
+    if op == "follow":
+        pages = client.follow(idle=0.05, resubscribe=60)
+        try:
+            return [next(pages) for _ in range(3)]
+        finally:
+            pages.close()
+    return getattr(client, op)()
+
+
+def test_client_skips_garbage_frames(fake):
+    """Frames that are not a reply to the request (raw bytes, random msgpack) are skipped: the honest
+    answer behind them comes through.  Nothing but AgentError-family errors may leave the client."""
+    fake.entries = [metric_entry(1, HONEST_RUN, range(5))]
+    fake.then_honest = True
+    client = Client(fake.url, timeout=2.0)
+
+    @settings(SETTINGS, max_examples=60)
+    @given(st.sampled_from(["ping", "runs", "read", "follow"]), st.lists(GARBAGE, min_size=1, max_size=4))
+    def fuzz(op, frames):
+        # every garbage frame answers the request; the honest answer follows
+        fake.load(frames[:1], frames[1:])
+        got = client_call(client, op)
+        if op == "ping":
+            assert got["journal"] == JOURNAL
+        elif op == "read":
+            assert [e.id for e in got.entries] == [1] and got.cursor == 1
+        elif op == "follow":
+            assert [e.id for p in got for e in p.entries] in ([], [1])
+        wait_until(lambda: fake.pending() == 0, timeout=2, what="the garbage sent")
+
+    try:
+        fuzz()
+    finally:
+        client.close()
+
+
+def _well_typed(op: str, got) -> None:
+    if op == "ping":
+        assert isinstance(got, dict), f"ping returned {type(got).__name__}"
+        assert got.get("journal") is None or isinstance(got["journal"], str), got
+    elif op == "runs":
+        assert isinstance(got, list) and all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in got), got
+    else:
+        pages = got if op == "follow" else [got]
+        for page in pages:
+            assert isinstance(page, Page) and type(page.cursor) is int and 0 <= page.cursor < 2 ** 63, page.cursor
+            for e in page.entries:
+                assert isinstance(e, Entry) and type(e.id) is int and e.id <= page.cursor, e[:6]
+
+
+def test_client_refuses_malformed_replies(fake):
+    """Replies shaped like the protocol's but wrong: the client returns well-typed results or raises an
+    AgentError/ProtocolError; never TypeError, KeyError, IndexError, RecursionError..."""
+    fake.honest = False
+    client = Client(fake.url, timeout=0.1)
+    failures: list[str] = []
+
+    @settings(SETTINGS, max_examples=120)
+    @given(st.sampled_from(["ping", "runs", "read", "follow"]), st.one_of(ANSWER, STREAM, DEEP),
+           st.lists(st.one_of(STREAM, REPLY), max_size=2))
+    def fuzz(op, reply, pushed):
+        fake.load([reply], pushed if op == "follow" else [])
+        try:
+            _well_typed(op, client_call(client, op))
+        except ALLOWED:
+            pass
+        except Exception as exc:  # collected, so the report names every kind of failure at once
+            failures.append(f"{op}: {type(exc).__name__}: {str(exc)[:100]}")
+        with fake.lock:
+            fake.script.clear()
+            fake.push.clear()
+
+    try:
+        fuzz()
+    finally:
+        client.close()
+    assert not failures, f"{len(failures)} malformed replies crashed the client, e.g.:\n" + "\n".join(
+        sorted(set(f.split(":")[0] + ":" + f.split(":")[1] for f in failures)))
+
+
+def test_client_caps_reply_frame_size(fake):
+    """A frame larger than the protocol allows is refused by the socket, not buffered: memory stays bounded."""
+    fake.load([("raw", b"\x00" * (MAX_MESSAGE_BYTES + 1))], [])
+    with Client(fake.url, timeout=1.0) as client:
+        with pytest.raises(AgentError):
+            client.ping()
+        assert 0 < client._socket().getsockopt(zmq.MAXMSGSIZE) <= MAX_MESSAGE_BYTES
+
+
+# --- the link --------------------------------------------------------------------------------
+
+def test_link_survives_a_broken_agent(tmp_path, fake, monkeypatch):
+    """A real AgentLink follows the fake agent through malformed replies to its requests and pushed
+    stream frames: it keeps running and reporting health, the rows stored from another agent stay
+    bit for bit, and once the agent answers honestly again its journal arrives exactly once."""
+    path = tmp_path / "app.sqlite"
+    seed_good_agent(path)
+    good = snapshot_good(path)
+    watch = Watch(monkeypatch)
+    fake.entries = [metric_entry(i, HONEST_RUN, range(5 * i, 5 * i + 5)) for i in range(1, 6)]
+    link = start_link(fake, path, watch)
+    try:
+        store = LocalStore(path)
+        wait_until(lambda: len(store.series(fake.url, HONEST_RUN, "loss")[0]) == 25, what="the honest journal")
+        store.close()
+
+        @settings(SETTINGS, max_examples=80)
+        @given(st.lists(REPLY, min_size=1, max_size=3), st.lists(REPLY, max_size=3))
+        def fuzz(script, pushed):
+            fake.load(script, pushed)
+            wait_until(lambda: fake.pending() == 0 or not link._thread.is_alive(), timeout=5, what="replies taken")
+            time.sleep(0.01)  # the last one handled
+            assert_link_alive(link, watch)
+
+        fuzz()
+        assert snapshot_good(path) == good, "the fuzz changed rows stored from another agent"
+        assert_honest_data_arrives(fake, link, path, watch, HONEST_BASE)
+        assert snapshot_good(path) == good
+    finally:
+        link.stop()
+
+
+def test_link_memory_bounded_under_a_garbage_stream(tmp_path, fake, monkeypatch):
+    """A fake agent streams garbage the link must skip (raw bytes, random msgpack, frames of an unknown
+    type, err replies, 64 KiB junk) for a few seconds: the link's Python heap stays bounded, it keeps
+    running, the other agent's rows are unchanged, and honest data still arrives."""
+    path = tmp_path / "app.sqlite"
+    seed_good_agent(path)
+    good = snapshot_good(path)
+    pool: list[tuple] = []
+
+    @settings(SETTINGS, max_examples=300)
+    @given(st.one_of(GARBAGE, st.integers(0, 2 ** 32).map(lambda seed: ("raw", random.Random(seed).randbytes(65_536))),
+                     shaped("zzz", data=WEIRD).map(lambda o: ("obj", o)),
+                     shaped("err", id=st.just(ECHO), msg=st.text(max_size=50)).map(lambda o: ("obj", o))))
+    def collect(item):
+        pool.append(item)
+
+    collect()
+    frames = [build(item, {"id": 0}) for item in pool]
+    replies = [item for item in pool if item[0] == "obj" and isinstance(item[1], dict) and item[1].get("t") == "err"]
+    assert len(frames) >= 250 and replies
+    watch = Watch(monkeypatch)
+    fake.entries = [metric_entry(1, HONEST_RUN, range(5))]
+    link = start_link(fake, path, watch)
+    rss = psutil.Process().memory_info
+    try:
+        store = LocalStore(path)
+        wait_until(lambda: len(store.series(fake.url, HONEST_RUN, "loss")[0]) == 5, what="the honest journal")
+        store.close()
+
+        def stream(seconds: float) -> int:
+            fake.flooded = 0
+            fake.flood = (frames[i % len(frames)] for i in range(10 ** 9))
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                if fake.pending() < 4:
+                    fake.load(replies[:4], [])  # and the ping/runs requests get err replies
+                time.sleep(0.02)
+            fake.flood = None
+            time.sleep(0.3)  # the link drains its queue
+            return fake.flooded
+
+        stream(0.7)  # warm-up: imports, caches, sqlite pages
+        gc.collect()
+        tracemalloc.start()
+        rss0 = rss().rss
+        sent = stream(1.2)
+        gc.collect()
+        heap1 = tracemalloc.get_traced_memory()[0]
+        sent += stream(1.2)
+        gc.collect()
+        heap2, peak = tracemalloc.get_traced_memory()
+        rss2 = rss().rss
+        tracemalloc.stop()
+        print(f"\nlink under {sent} garbage frames: Python heap +{heap1 / 2**20:.2f} MiB after half, "
+              f"+{heap2 / 2**20:.2f} MiB after all (peak +{peak / 2**20:.2f}), "
+              f"RSS {rss0 / 2**20:.1f} -> {rss2 / 2**20:.1f} MiB")
+        assert sent >= 5_000, sent
+        # a fixed ~1.8 MiB of decoded frames stays referenced (the same after half and after all): no growth
+        assert heap2 < 4 * 2 ** 20 and heap2 - heap1 < 2 ** 20, "the link's heap grows under garbage"
+        assert peak < 16 * 2 ** 20  # one frame at a time, not a backlog
+        assert rss2 - rss0 < 64 * 2 ** 20  # ZMQ's own queue is bounded by the HWM (1000 frames of <= 64 KiB)
+        assert_link_alive(link, watch)
+        assert snapshot_good(path) == good
+        assert_honest_data_arrives(fake, link, path, watch, 10)
+    finally:
+        link.stop()
+
+
+# --- the agent: memory under fuzz and connection churn ----------------------------------------
+
+def rejected(frame: bytes) -> bool:
+    try:
+        decode(frame)
+    except ProtocolError:
+        return True
+    return False
+
+
+def invalid(msg) -> bool:
+    return rejected(msgpack.packb(msg, use_bin_type=True))
+
+
+TEMPLATES = {  # one valid message of each inbound type, for mutation
+    "hello": {"t": "hello", "run": "fzmem", "rank": 0, "project": "p", "name": "n", "host": "fuzzhost", "pid": 12345,
+              "config": {"lr": 0.1}},
+    "rec": {"t": "rec", "run": "fzmem", "rank": 0, "seq": 1, "floor": 0, "keys": [["loss"]],
+            "recs": [[0, 1, 1.0, 0, [0.5]]]},
+    "hb": {"t": "hb", "run": "fzmem", "rank": 0},
+    "finish": {"t": "finish", "run": "fzmem", "rank": 0, "seq": 1},
+    "cack": {"t": "cack", "run": "fzmem", "rank": 0, "cid": "c1", "cmd": "pause", "state": "applied", "step": 1,
+             "detail": "", "applied": {}},
+    "q": {"t": "q", "id": 1, "op": "ping"},
+    "sub": {"t": "sub", "after": 0, "credit": 4},
+    "credit": {"t": "credit", "n": 1},
+    "unsub": {"t": "unsub"},
+}
+assert set(TEMPLATES) == set(INBOUND)
+
+
+@st.composite
+def invalid_message(draw) -> dict:
+    """A valid message of any type with one or two fields replaced by garbage or dropped."""
+    msg = dict(TEMPLATES[draw(st.sampled_from(sorted(TEMPLATES)))])
+    keys = sorted(k for k in msg if k != "t") or ["t"]
+    for key in draw(st.lists(st.sampled_from(keys), min_size=1, max_size=2, unique=True)):
+        if draw(st.booleans()) and key != "t":
+            del msg[key]
+        else:
+            msg[key] = draw(st.one_of(WEIRD, st.integers(-(2 ** 63), 2 ** 64 - 1)))
+    return msg
+
+
+AFTER_TRAINER = """
+import json
+run = agent.init(project="after-fuzz", name=ARGS[0], agent=URL, heartbeat=0.2)
+for s in range(int(ARGS[1])):
+    run.log({"x": float(s), "z": float("nan") if s % 7 == 0 else s * 1e300})
+ok = run.finish(timeout=30)
+print(json.dumps({"id": run.id, "ok": ok, **run.stats}), flush=True)
+"""
+
+
+def agent_snapshot(data: Path, run_id: str) -> list:
+    con = sqlite3.connect(data / "journal.sqlite", timeout=10)
+    try:
+        return [con.execute("SELECT * FROM runs WHERE id=?", [run_id]).fetchall(),
+                con.execute("SELECT * FROM journal WHERE run=? ORDER BY id", [run_id]).fetchall()]
+    finally:
+        con.close()
+
+
+def test_agent_memory_bounded_under_fuzz_and_churn(tmp_path):
+    """~35k invalid frames (raw bytes, random msgpack, every message type made invalid) on one
+    connection, and 1200 connections that subscribe, send garbage and vanish: the agent's RSS after
+    a warm-up grows less than 24 MiB, it answers, the stored run is unchanged, and a trainer started
+    afterwards gets every point stored."""
+    pool: list[bytes] = []
+    types: set = set()
+
+    @settings(SETTINGS, max_examples=400)
+    @given(st.one_of(st.binary(max_size=1024).map(lambda b: ("raw", b)), RANDOM_MSGPACK,
+                     invalid_message().filter(invalid).map(lambda m: ("obj", m))))
+    def collect(item):
+        frame = build(item, {})
+        if item[0] == "obj" and isinstance(item[1], dict) and isinstance(item[1].get("t"), str):
+            types.add(item[1]["t"])
+        pool.append(frame)
+
+    collect()
+    # every message type was fuzzed (an unsub has no fields: only a broken type makes it invalid)
+    assert set(INBOUND) - {"unsub"} <= types, types
+    proc = AgentProcess(tmp_path / "agent", free_port(), ["--stale-after", "3"]).start()
+    try:
+        run = agent.init("fuzz", "base", {"lr": 1e-3}, agent=proc.url, id="fuzzbase2", heartbeat=3600)
+        for s in range(100):
+            run.log({"loss": 1.0 / (s + 1), "odd": [float("nan"), float("-inf"), -0.0, 5e-324][s % 4]}, step=s)
+        assert run.finish(timeout=10)
+        base = agent_snapshot(proc.data, "fuzzbase2")
+        ctx = zmq.Context.instance()
+        rng = random.Random(20240601)
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(proc.url)
+        ping_id = iter(range(10 ** 9, 2 * 10 ** 9))
+
+        def sync() -> None:
+            """A ping on the fuzz connection: its answer means every frame before it was handled."""
+            want = next(ping_id)
+            sock.send(msgpack.packb({"t": "q", "id": want, "op": "ping"}))
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if sock.poll(100, zmq.POLLIN):
+                    msg = msgpack.unpackb(sock.recv(), raw=False, strict_map_key=False)
+                    if msg.get("t") == "r" and msg.get("id") == want:
+                        return
+                assert proc.proc.poll() is None, "agent died:\n" + proc.log.read_text()[-3000:]
+            raise AssertionError("the agent stopped answering:\n" + proc.log.read_text()[-3000:])
+
+        def blast(frames: int, connections: int) -> None:
+            for i in range(frames):
+                frame = pool[rng.randrange(len(pool))]
+                if frame and i % 3 == 0:  # a flipped byte: more variety than the pool
+                    j = rng.randrange(len(frame))
+                    flipped = frame[:j] + bytes([rng.randrange(256)]) + frame[j + 1:]
+                    frame = flipped if rejected(flipped) else frame
+                sock.send(frame)
+                if i % 500 == 499:
+                    sync()
+            for k in range(connections):
+                churn = ctx.socket(zmq.DEALER)
+                churn.setsockopt(zmq.LINGER, 0)
+                churn.connect(proc.url)
+                churn.send(msgpack.packb({"t": "sub", "after": rng.randrange(0, 50), "credit": 8,
+                                          "kinds": ["m", "e"]}))
+                for _ in range(3):
+                    churn.send(pool[rng.randrange(len(pool))])
+                if k % 2:
+                    churn.poll(200, zmq.POLLIN)  # half wait for their first page, half vanish at once
+                churn.close(linger=0)
+                if k % 100 == 99:
+                    sync()
+            sync()
+
+        agent_rss = psutil.Process(proc.proc.pid).memory_info
+        blast(5_000, 200)  # warm-up
+        time.sleep(0.3)
+        rss0 = agent_rss().rss
+        t0 = time.monotonic()
+        blast(30_000, 1_000)
+        took = time.monotonic() - t0
+        time.sleep(0.3)
+        rss1 = agent_rss().rss
+        sock.close(linger=0)
+        print(f"\nagent under 30000 invalid frames + 1000 churned readers in {took:.1f} s: "
+              f"RSS {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB (+{(rss1 - rss0) / 2**20:.1f})")
+        assert rss1 - rss0 < 24 * 2 ** 20, "the agent's memory grows under fuzz"
+        with proc.client(timeout=10) as c:
+            assert c.ping()["bad_frames"] >= 35_000
+        n = 300
+        stats = json.loads(finish(start_trainer(tmp_path, AFTER_TRAINER, proc.url, "after", str(n))).splitlines()[-1])
+        assert stats["ok"] and stats["acked_seq"] == n and stats["dropped_records"] == 0, stats
+        with proc.client(timeout=10) as c:
+            for metric, want in (("x", [float(s) for s in range(n)]),
+                                 ("z", [float("nan") if s % 7 == 0 else s * 1e300 for s in range(n)])):
+                steps, vals, _ = c.series(stats["id"], metric)
+                assert steps.tolist() == list(range(n)), metric
+                assert vals.tobytes() == np.array(want).tobytes(), metric
+        assert agent_snapshot(proc.data, "fuzzbase2") == base, "fuzzing changed the stored run"
+        assert proc.proc.poll() is None
+    finally:
+        proc.stop()
