@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from .cli_alerts import add_alerts_arguments, cmd_alerts
 from .cli_keys import add_keys_parser
 from .client import AgentError, Client, entry_body, entry_points
 from .protocol import DEFAULT_URL, ENV_AGENT, KIND_EVENT, KIND_METRIC, check_url
@@ -78,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--listen", type=url_arg, metavar="URL",
                    help="also listen here for remote apps and CLIs, CurveZMQ only (needs `pilothouse keys`)")
     a.add_argument("--data", help="data directory (default: the user data dir, or $PILOTHOUSE_DATA)")
+    a.add_argument("--alerts", metavar="FILE", help="alert rules ([[rule]] tables in TOML), re-read when it changes")
     a.add_argument("--sample-interval", type=_positive, default=1.0, help="seconds between GPU/host samples")
     a.add_argument("--stale-after", type=_positive, default=5.0, help="seconds without heartbeat before a run is stale")
     a.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -116,6 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     c.set_defaults(timeout=30.0)
 
     add_keys_parser(sub, keys_arg, url_arg)
+    add_alerts_arguments(reader("alerts", "firing and recent alerts; `alerts ls|add|rm` manage the rules",
+                                cmd_alerts))
 
     d = sub.add_parser("demo", help="a real RL run pair to watch and steer: an agent, two trainers and the app")
     d.add_argument("--headless", action="store_true", help="no app: print where to look instead")
@@ -152,7 +156,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     data = args.data or default_data_dir()
     try:
         agent = Agent(args.bind, data, sample_interval=args.sample_interval, stale_after=args.stale_after,
-                      listen=args.listen, keys=Keyring(args.keys))
+                      listen=args.listen, keys=Keyring(args.keys), alerts=args.alerts)
     except ValueError as exc:
         print(f"pilothouse agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -286,17 +290,28 @@ def event_line(body: dict) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(body.get("time", 0)))
     kind = body.get("event", "?")
     if kind == "command":
-        who = body.get("who") or {}
         extra = " ".join(f"{k}={v!r}" for k, v in (body.get("values") or {}).items())
         at = f" at step {body['at_step']}" if body.get("at_step") is not None else ""
-        text = (f"{body.get('cmd')} {extra}{at} by {who.get('user', '?')}@{who.get('host', '?')} "
-                f"({who.get('client', '?')}) id={body.get('cid')}")
+        text = f"{body.get('cmd')} {extra}{at} by {_sender(body.get('who') or {})} id={body.get('cid')}"
+    elif kind == "alert":
+        step = "" if body.get("step") is None else f" at step {body['step']}"
+        actions = f" -> {', '.join(body['actions'])}" if body.get("actions") else ""
+        text = f"{body.get('rule')} {body.get('state')}{step} ({body.get('kind')}): {body.get('detail')}{actions}"
     elif kind in ("ack", "checkpoint"):
         step = "" if body.get("step") is None else f" at step {body['step']}"
         text = f"{body.get('cmd')} {body.get('state')}{step}: {body.get('detail')} id={body.get('cid')}"
     else:
         text = " ".join(f"{k}={v}" for k, v in body.items() if k not in ("event", "time"))
     return f"{when}  {kind:<10}  {text}"
+
+
+def _sender(who: dict) -> str:
+    claimed = f"{who.get('user', '?')}@{who.get('host', '?')} ({who.get('client', '?')})"
+    if who.get("via") == "alert":
+        return f"alert rule {who.get('rule')}"
+    if who.get("via") == "curve":
+        return f"{who.get('name')} [key {str(who.get('key'))[:12]}...] as {claimed}"
+    return claimed
 
 
 # --- export ------------------------------------------------------------------------------

@@ -211,6 +211,22 @@ class Client:
             time.sleep(0.005)
         return {**(row or {"cid": cid, "run": run, "cmd": cmd}), "state": "timeout"}
 
+    # --- alerts -----------------------------------------------------------------------------
+
+    def alerts(self) -> dict:
+        """``{"rules": [...], "firing": [...], "recent": [...]}`` across this agent's runs."""
+        data = self.request("alerts")
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("rules", "firing", "recent")):
+            raise ProtocolError("the agent's alert list is malformed")
+        return data
+
+    def add_alert(self, rule: dict, run: str | None = None) -> dict:
+        """Add (or replace, by name) a rule for every run, or for one run; returns the stored rule."""
+        return self.request("alert_add", rule=rule, run=run)
+
+    def remove_alert(self, name: str, run: str | None = None) -> dict:
+        return self.request("alert_rm", name=name, run=run)
+
     # --- streaming -------------------------------------------------------------------------
 
     def follow(self, after: int = 0, run: str | None = None, kinds: Iterable[str] | None = None,

@@ -82,15 +82,19 @@ class CommandDesk:
         if cmd not in COMMANDS:
             raise ValueError(f"unknown command {str(cmd)[:40]!r}; one of {', '.join(COMMANDS)}")
         run = self.store.resolve(query_arg(args, "run", str))
-        who = args["who"]  # filled in by the agent from the connection, see Agent._sender
         at_step = args.get("at_step")
         if at_step is not None:
             check_int(at_step, "at_step")
+        return self._issue(cid, run, cmd, args.get("values"), at_step, args["who"])  # who: see Agent._sender
+
+    def _issue(self, cid: str, run: str, cmd: str, values: Any, at_step: int | None, who: dict) -> dict:
+        """Record a command with its sender, then refuse it visibly or forward it to the trainer.
+        Humans (through ``_op_command``) and alert rules take this same path."""
         fwd: dict[str, Any] = {"at_step": at_step} if at_step is not None else {}
-        reason = self._refusal(run, cmd, args.get("values"), fwd, at_step)
+        reason = self._refusal(run, cmd, values, fwd, at_step)
         now = time.time()
         self.store.add_command(cid, run, cmd, fwd, who, now)
-        asked = {"values": args["values"]} if isinstance(args.get("values"), dict) else {}
+        asked = {"values": values} if isinstance(values, dict) else {}
         self.store.event(run, "command", {"cid": cid, "cmd": cmd, **asked, **fwd, "who": who})
         if reason is not None:
             answer = {"cid": cid, "cmd": cmd, "state": "rejected", "step": None, "detail": reason, "applied": {}}

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import msgpack
 
+from .alert_rules import check_rules
 from .tuning import check_schema
 
 DEFAULT_PORT = 7766
@@ -202,6 +203,8 @@ def _check_hello(msg: dict) -> None:
     _wrap(check_config, msg.get("config"))
     if "schema" in msg:
         _wrap(check_schema, msg["schema"])
+    if "alerts" in msg:
+        _wrap(check_rules, msg["alerts"], "alerts")
     for key in ("pid_started", "created"):
         value = msg.get(key)
         if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):

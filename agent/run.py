@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 
 from . import launcher
+from .alert_rules import check_rules
 from .collective import Broadcaster, process_group
 from .outbox import Outbox
 from .protocol import (DEFAULT_URL, ENV_AGENT, INT64_MAX, REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS,
@@ -41,8 +42,13 @@ _MAX_ROLLOUT_TEXT = 16 << 20
 def init(project: str, name: str | None = None, config: Mapping[str, Any] | None = None,
          agent: str | None = None, *, id: str | None = None, rank: int | None = None,
          tunable: Mapping[str, Mapping[str, Any] | None] | None = None, frozen: Iterable[str] = (),
-         sync_every: int = 1, buffer_mb: float = 256, heartbeat: float = 1.0) -> "Run":
+         sync_every: int = 1, buffer_mb: float = 256, heartbeat: float = 1.0,
+         alerts: Iterable[Mapping[str, Any]] = ()) -> "Run":
     """Start a run.  ``agent=None``: $PILOTHOUSE_AGENT, else the local agent (started if absent).
+
+    ``alerts``: rules the agent watches for this run only, e.g. ``[{"name": "nan-loss",
+    "kind": "nonfinite", "metric": "loss", "pause": True}]`` (fields: see ``agent.alert_rules``);
+    a bad rule raises here, before anything is sent.
 
     In a torch.distributed job every rank calls this with the same arguments (it is a
     collective): rank 0 picks the run id and receives commands, and ``sync`` shares
@@ -50,6 +56,8 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
     check_name(project, "project")
     cfg = check_config(dict(config or {}))
     schema = build_schema(cfg, tunable, frozen)
+    rules = [dict(r) if isinstance(r, Mapping) else r for r in alerts]
+    check_rules(rules, "alerts")
     check_int(sync_every, "sync_every", 1)
     dist = process_group()
     broadcaster = Broadcaster(dist) if dist is not None else None
@@ -71,12 +79,13 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
     check_url(url)
     return Run(url, project=project, name=name, config=cfg, schema=schema, run_id=run_id, rank=rank,
                broadcaster=broadcaster, sync_every=sync_every, buffer_bytes=int(buffer_mb * (1 << 20)),
-               heartbeat=heartbeat)
+               heartbeat=heartbeat, alerts=rules)
 
 
 class Run:
     def __init__(self, url: str, *, project: str, name: str, config: dict, schema: dict, run_id: str,
-                 rank: int, broadcaster: Broadcaster | None, sync_every: int, buffer_bytes: int, heartbeat: float):
+                 rank: int, broadcaster: Broadcaster | None, sync_every: int, buffer_bytes: int, heartbeat: float,
+                 alerts: list[dict] | None = None):
         self.id = run_id
         self.project = project
         self.name = name
@@ -92,6 +101,8 @@ class Run:
         hello = {"run": run_id, "rank": rank, "project": project, "name": name, "config": config,
                  "schema": schema, "host": socket.gethostname(), "pid": os.getpid(),
                  "pid_started": psutil.Process().create_time(), "created": time.time()}
+        if alerts:
+            hello["alerts"] = alerts
         self._broadcaster = broadcaster
         self._sync_every = sync_every
         self._outbox = Outbox(url, hello, max_buffer_bytes=buffer_bytes, heartbeat_interval=heartbeat)

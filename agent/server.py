@@ -25,6 +25,8 @@ import zmq
 from . import __version__
 from .protocol import (MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, SYSTEM_RUN_PREFIX, ProtocolError, check_int,
                        check_url, decode, is_loopback, pack, query_arg)
+from .alert_desk import AlertDesk
+from .alert_rules import load_rules
 from .commands import CommandDesk
 from .readers import ReaderFeed, kinds
 from .sampler import SystemSampler
@@ -50,11 +52,14 @@ class Liveness:
     status: str = "running"
 
 
-class Agent(CommandDesk):
+class Agent(CommandDesk, AlertDesk):
     def __init__(self, bind: str, data_dir: str | Path, *, sample_interval: float = 1.0,
                  stale_after: float = 5.0, sampler: SystemSampler | None = None,
-                 reader_timeout: float = 30.0, listen: str | None = None, keys: Keyring | None = None):
+                 reader_timeout: float = 30.0, listen: str | None = None, keys: Keyring | None = None,
+                 alerts: str | Path | None = None):
         self.bind = check_url(bind, bind=True)
+        if alerts is not None:
+            load_rules(alerts)  # a bad rules file stops the start before anything is bound or written
         if not is_loopback(bind):
             raise ValueError(f"refusing to listen on {bind} without CurveZMQ: keep --bind on loopback and add "
                              f"--listen {bind} with keys (`pilothouse keys init`, then `pilothouse keys allow "
@@ -92,8 +97,10 @@ class Agent(CommandDesk):
         self._ops: dict[str, Callable[[dict], Any]] = {
             "ping": self._op_ping, "runs": self._op_runs, "resolve": self._op_resolve, "read": self._op_read,
             "command": self._op_command, "command_status": self._op_command_status,
+            "alerts": self._op_alerts, "alert_add": self._op_alert_add, "alert_rm": self._op_alert_rm,
         }
         self._restore_liveness()
+        self._init_alerts(alerts)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -129,9 +136,11 @@ class Agent(CommandDesk):
                     next_sample = now + self.sample_interval
                 if now >= next_check:
                     self._timer(self._check_liveness)
+                    self._timer(self._alert_timer)
                     next_check = now + 1.0
         finally:
             self._stop.set()
+            self.hooks.stop()
             checkpointer.join(timeout=10)
             self._close_sockets()
             self.store.begin()
@@ -162,6 +171,12 @@ class Agent(CommandDesk):
             con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             con.close()
+
+    def _alert_timer(self) -> None:
+        head_before = self.store.head
+        self.store.begin()
+        self._alert_tick()
+        self.feed.feed(head_before, self.store.commit())
 
     def _timer(self, job: Callable[[], None]) -> None:
         """A failing timer job is logged and retried next tick; it never stops the agent."""
@@ -268,6 +283,8 @@ class Agent(CommandDesk):
         live = self.live.get(msg["run"])
         if before is not None or live is None:
             self._alive(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"))
+        if msg.get("alerts") is not None and msg["rank"] == 0:
+            self._rules_from_hello(msg["run"], msg["alerts"])
         seq = self.store.max_seq.get((msg["run"], msg["rank"]), 0)
         self._replies.append((ident, {"t": "welcome", "run": msg["run"], "rank": msg["rank"], "seq": seq}))
         self._trainer_seen(ident, msg["run"], msg["rank"])
@@ -284,6 +301,8 @@ class Agent(CommandDesk):
                                           "expect": result.expect}))
         else:
             self._acks[(ident, run, rank)] = result.seq
+        if result.entries:
+            self._alert_on_entries(result.entries)
         self._heard(run, now)
         if rank == 0:
             self.trainers[run] = ident
@@ -404,6 +423,7 @@ class Agent(CommandDesk):
                               time.time())
         except ProtocolError as exc:
             log.warning("system sample rejected: %s", exc)
+        self._alert_on_sample(values, time.time())
         self.feed.feed(head_before, self.store.commit())
 
     def _send(self, ident: bytes, msg: dict) -> bool:

@@ -1,0 +1,204 @@
+"""Alerts, as the agent runs them: rules from three sources, evaluated on what it stores, acted on.
+
+A mixin of ``Agent`` (like ``CommandDesk``).  Rules come from the ``--alerts`` TOML file
+(re-read when it changes; a bad file is reported and the previous rules stay), from a trainer's
+hello (``agent.init(alerts=[...])``) and from clients (`pilothouse alerts add`, the app); the
+last two are kept in the journal database so they survive a restart.  Each edge of an episode is
+an ``alert`` event in the run's journal, committed with the data that caused it, so every
+connected app sees it in its stream; a firing rule may pause the run through the same
+acknowledged command path as a human, and run a local hook.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import numpy as np
+
+from .alert_rules import RuleError, check_rule, check_rules, load_rules
+from .alerts import Alert, AlertEngine, RunView
+from .hooks import HookRunner
+from .protocol import KIND_METRIC
+
+if TYPE_CHECKING:
+    from .server import Liveness
+    from .store import Store
+
+log = logging.getLogger("pilothouse.alerts")
+
+RECENT = 200  # alerts `pilothouse alerts` lists
+
+
+class AlertDesk:
+    """Needs from the agent: ``store``, ``live``, ``host``, ``_issue`` and ``_in_transaction``."""
+
+    store: Store
+    live: dict[str, Liveness]
+    host: str
+
+    def _init_alerts(self, rules_file: str | Path | None) -> None:
+        self.alerts = AlertEngine()
+        self.hooks = HookRunner()
+        self.rules_file = Path(rules_file) if rules_file is not None else None
+        self._rules_stamp: tuple | None = None
+        self._names: dict[str, str] = {}
+        db = self.store.db
+        db["alert_rules"].create({"source": str, "scope": str, "name": str, "spec": bytes},
+                                 pk=("source", "scope", "name"), if_not_exists=True)
+        db["alerts"].create({"id": int, "time": float, "run": str, "rule": str, "kind": str, "state": str,
+                             "metric": str, "step": int, "value": float, "detail": str, "source": str},
+                            pk="id", if_not_exists=True)
+        for source, scope, spec in db.execute("SELECT source, scope, spec FROM alert_rules"):
+            try:
+                self.alerts.add(source, scope, check_rule(msgpack.unpackb(spec, raw=False)))
+            except (RuleError, ValueError) as exc:
+                log.warning("a stored %s rule no longer loads and is skipped: %s", source, exc)
+        if self.rules_file is not None:
+            self._load_rules_file(startup=True)
+
+    # --- rule sources ------------------------------------------------------------------------
+
+    def _load_rules_file(self, startup: bool = False) -> None:
+        """Startup refuses a bad file (RuleError); later, a bad edit is reported and the old rules stay."""
+        assert self.rules_file is not None
+        try:
+            st = self.rules_file.stat()
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        if stamp == self._rules_stamp and not startup:
+            return
+        self._rules_stamp = stamp
+        try:
+            rules = load_rules(self.rules_file)
+        except RuleError as exc:
+            if startup:
+                raise
+            log.error("alert rules not reloaded, the previous ones stay: %s", exc)
+            self.store.event(self._system_run, "rules", {"ok": False, "file": str(self.rules_file),
+                                                         "detail": str(exc)})
+            return
+        self.alerts.replace("file", "", rules)
+        log.info("%d alert rule(s) from %s", len(rules), self.rules_file)
+        if not startup:
+            self.store.event(self._system_run, "rules", {"ok": True, "file": str(self.rules_file),
+                                                         "detail": f"{len(rules)} rule(s) loaded"})
+
+    def _rules_from_hello(self, run: str, specs: list[dict]) -> None:
+        """A trainer's own rules (validated by the protocol check): they replace its previous ones."""
+        rules = check_rules(specs, f"run {run} alerts")
+        self.alerts.replace("run", run, rules)
+        self.store.db.execute("DELETE FROM alert_rules WHERE source='run' AND scope=?", [run])
+        for rule in rules:
+            self._persist("run", run, rule.spec)
+
+    def _persist(self, source: str, scope: str, spec: dict) -> None:
+        self.store.db.execute("INSERT OR REPLACE INTO alert_rules VALUES (?,?,?,?)",
+                              [source, scope, spec["name"], msgpack.packb(spec, use_bin_type=True)])
+
+    # --- evaluation --------------------------------------------------------------------------
+
+    def _alert_on_entries(self, entries: list[tuple]) -> None:
+        """Every metric chunk just stored, in the same transaction: an alert commits with its cause."""
+        for entry in entries:
+            if entry[2] != KIND_METRIC:
+                continue
+            run = entry[1]
+            name = self._names.get(run)
+            if name is None:
+                row = self.store.run_row(run)
+                name = self._names[run] = row["name"] if row else run
+            fired = self.alerts.observe(run, name, entry[3], np.frombuffer(entry[6], np.int64),
+                                        np.frombuffer(entry[7], np.float64))
+            if fired:
+                self._act(fired)
+
+    def _alert_tick(self) -> None:
+        """Once a second: liveness rules, a changed rules file, finished hooks."""
+        if self.rules_file is not None:
+            self._load_rules_file()
+        self._act(self.alerts.tick(self._run_views()))
+        while self.hooks.results:
+            result = self.hooks.results.popleft()
+            if self.store.has_run(result.run):
+                self.store.event(result.run, "alert_hook", result.body())
+
+    def _alert_on_sample(self, values: dict[str, float], now: float) -> None:
+        running = [v for v in self._run_views() if v.status == "running" and self.live[v.id].host == self.host]
+        self._act(self.alerts.observe_gpus(values, now, running))
+
+    def _run_views(self) -> list[RunView]:
+        now = time.time()
+        views = []
+        for run, live in self.live.items():
+            name = self._names.get(run)
+            if name is None:
+                row = self.store.run_row(run)
+                name = self._names[run] = row["name"] if row else run
+            views.append(RunView(run, name, live.status, now - live.seen))
+        return views
+
+    def _act(self, fired: list[Alert]) -> None:
+        for alert in fired:
+            body = alert.body()
+            self.store.event(alert.run, "alert", body)
+            self.store.db.execute(
+                "INSERT INTO alerts (time, run, rule, kind, state, metric, step, value, detail, source) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [alert.time, alert.run, alert.rule.name, alert.rule.kind, alert.state, alert.metric, alert.step,
+                 alert.value, alert.detail, alert.key[0]])
+            log.warning("alert %s %s on %s: %s", alert.rule.name, alert.state, alert.run, alert.detail)
+            if alert.state == "firing" and alert.rule.pause:
+                live = self.live.get(alert.run)
+                if live is not None and live.status in ("running", "stale"):
+                    self._issue(uuid.uuid4().hex[:20], alert.run, "pause", None, None,
+                                {"via": "alert", "rule": alert.rule.name, "source": alert.key[0]})
+            if alert.rule.exec:
+                self.hooks.submit(alert.run, alert.rule.name, alert.rule.exec, {**body, "run": alert.run,
+                                                                                 "host": self.host},
+                                  alert.rule.exec_timeout)
+
+    # --- queries -----------------------------------------------------------------------------
+
+    def _op_alerts(self, args: dict) -> dict:
+        rules = [{"name": rule.name, "kind": rule.kind, "run": scope or None, "source": source, "spec": rule.spec}
+                 for (source, scope, _), rule in self.alerts.rules()]
+        recent = [dict(r) for r in self.store.db.query(
+            f"SELECT time, run, rule, kind, state, metric, step, value, detail, source FROM alerts "
+            f"ORDER BY id DESC LIMIT {RECENT}")]
+        firing = [{**a.body(), "run": a.run} for a in self.alerts.firing()]
+        return {"rules": rules, "firing": firing, "recent": recent}
+
+    def _op_alert_add(self, args: dict) -> dict:
+        scope = self._scope(args.get("run"))
+        rule = check_rule(args.get("rule"))
+        self.alerts.add("user", scope, rule)
+        self._persist("user", scope, rule.spec)
+        return {"name": rule.name, "kind": rule.kind, "run": scope or None, "source": "user", "spec": rule.spec}
+
+    def _op_alert_rm(self, args: dict) -> dict:
+        scope = self._scope(args.get("run"))
+        name = args.get("name")
+        if not isinstance(name, str):
+            raise TypeError("name must be a rule name")
+        for source in ("user", "run"):
+            if self.alerts.remove(source, scope, name):
+                self.store.db.execute("DELETE FROM alert_rules WHERE source=? AND scope=? AND name=?",
+                                      [source, scope, name])
+                return {"name": name, "run": scope or None, "source": source}
+        if any(k[0] == "file" and k[2] == name for k, _ in self.alerts.rules()):
+            raise ValueError(f"rule {name!r} comes from {self.rules_file}: edit that file to remove it")
+        where = f" for run {scope}" if scope else ""
+        raise LookupError(f"no rule named {name[:64]!r}{where}")
+
+    def _scope(self, run: Any) -> str:
+        if run is None:
+            return ""
+        if not isinstance(run, str):
+            raise TypeError("run must be a run id or name")
+        return self.store.resolve(run)
