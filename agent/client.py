@@ -243,9 +243,11 @@ class Client:
                     sub["after"] = cursor
                     try:
                         self._socket().send(pack(sub), zmq.NOBLOCK)
-                    except zmq.Again:
-                        pass
-                    last_heard = now
+                        last_heard = now
+                    except zmq.Again:  # not connected yet: ask again as soon as it is, not in 2 s
+                        self._socket().poll(int(idle * 1000), zmq.POLLOUT)
+                        if time.monotonic() - now < idle:
+                            continue
                 if not self._socket().poll(int(idle * 1000), zmq.POLLIN):
                     yield Page([], cursor)
                     continue

@@ -110,10 +110,12 @@ class LocalStore:
             if old:
                 for table in ("entries", "runs"):
                     self.db.execute(f"UPDATE {table} SET agent=? WHERE agent=?", [f"{url}#{old[:8]}", url])
+                self.db.execute("UPDATE agents SET journal=?, cursor=0 WHERE url=?", [journal, url])
+                return True
+            # first sight of this agent's journal: pages already stored belong to it, keep the cursor
             self.db.execute("INSERT INTO agents (url, added, cursor, remembered, journal) VALUES (?, ?, 0, 0, ?) "
-                            "ON CONFLICT(url) DO UPDATE SET journal=excluded.journal, cursor=0",
-                            [url, time.time(), journal])
-            return bool(old)
+                            "ON CONFLICT(url) DO UPDATE SET journal=excluded.journal", [url, time.time(), journal])
+            return False
 
     def cursor(self, url: str) -> int:
         row = self.db.execute("SELECT cursor FROM agents WHERE url=?", [url]).fetchone()

@@ -112,3 +112,15 @@ def test_snapshot_reads_one_state_while_another_connection_writes(tmp_path):
         writer.write_page(A, entries[2:], 5)  # a link's thread goes on writing
         assert len(reader.series(A, "r1", "reward/mean")[0]) == 3 and cursor == 2
     assert reader.cursor(A) == 5 and len(reader.series(A, "r1", "reward/mean")[0]) == 7
+
+
+def test_first_sight_of_a_journal_keeps_the_cursor_a_new_journal_resets_it(tmp_path):
+    store = LocalStore(tmp_path / "app.sqlite")
+    store.write_page("tcp://a:1", page(), 5)  # a first page can arrive before the first ping
+    assert store.adopt_journal("tcp://a:1", "j1") is False
+    assert store.cursor("tcp://a:1") == 5
+    assert store.adopt_journal("tcp://a:1", "j1") is False
+    assert store.adopt_journal("tcp://a:1", "j2") is True  # wiped and restarted: follow from its start
+    assert store.cursor("tcp://a:1") == 0
+    assert len(store.series("tcp://a:1", "r1", "loss")[0]) == 0  # the old journal's data moved aside
+    assert list(store.series("tcp://a:1#j1", "r1", "loss")[0]) == [0, 1, 2]
