@@ -199,6 +199,9 @@ def _condition(rule: Rule, state: _State, vals: np.ndarray) -> tuple[np.ndarray,
         return ~np.isfinite(vals), None
     if rule.kind in ("above", "below"):
         raw = vals > rule.threshold if rule.kind == "above" else vals < rule.threshold
+        if not raw.any():  # the common case, made cheap: nothing past the threshold
+            state.count = 0
+            return raw, None
         idx = np.arange(len(raw))
         last_off = np.maximum.accumulate(np.where(raw, -1, idx))
         count = idx - last_off + np.where(last_off < 0, state.count, 0)
@@ -206,9 +209,8 @@ def _condition(rule: Rule, state: _State, vals: np.ndarray) -> tuple[np.ndarray,
         return count >= rule.for_steps, None
     # drop: below the best of the last `window` values by more than pct %
     tail = state.tail if state.tail is not None else np.empty(0)
-    x = np.concatenate([tail, vals])
-    best = sliding_max(x, rule.window)[len(tail):]
-    state.tail = x[-(rule.window - 1):].copy()
+    best = window_best(tail, vals, rule.window)
+    state.tail = np.concatenate([tail, vals])[-(rule.window - 1):]
     frac = rule.pct / 100.0
     with np.errstate(invalid="ignore"):
         dropped = np.isfinite(best) & (vals < best - np.abs(best) * frac)
@@ -242,6 +244,24 @@ def _hold_drop(state: _State, vals: np.ndarray, best: np.ndarray, dropped: np.nd
     return cond
 
 
+def window_best(tail: np.ndarray, vals: np.ndarray, window: int) -> np.ndarray:
+    """The best of the last ``window`` values at each point of ``vals``, ``tail`` being the values
+    before it.  A chunk shorter than the window needs only two running maxima, not a rescan."""
+    n, t = len(vals), len(tail)
+    if n >= window or n == 0:
+        return sliding_max(np.concatenate([tail, vals]), window)[t:]
+    clean = np.where(np.isnan(vals), -np.inf, vals)
+    prefix = np.maximum.accumulate(clean)
+    tail_clean = np.where(np.isnan(tail), -np.inf, tail)
+    suffix = np.maximum.accumulate(tail_clean[::-1])[::-1] if t else np.empty(0)
+    start = t + np.arange(n) - window + 1  # where each point's window begins in the tail
+    from_tail = np.full(n, -np.inf)
+    inside = start < t
+    if t:
+        from_tail[inside] = suffix[np.maximum(start[inside], 0)]
+    return np.maximum(from_tail, prefix)
+
+
 def sliding_max(x: np.ndarray, window: int) -> np.ndarray:
     """max(x[i-window+1 .. i]) for each i, NaN ignored, in O(n) (van Herk / Gil-Werman)."""
     n = len(x)
@@ -261,7 +281,7 @@ def sliding_max(x: np.ndarray, window: int) -> np.ndarray:
 def _edges(firing: bool, cond: np.ndarray) -> list[tuple[int, bool]]:
     """Where the condition turns on or off; at most the first edge and, if the chunk ends the
     other way, the last, so a flapping metric cannot flood the log within one chunk."""
-    if not len(cond):
+    if not len(cond) or (cond.all() if firing else not cond.any()):  # no edge: the usual case, cheap
         return []
     flips = np.flatnonzero(np.diff(np.concatenate(([firing], cond)).astype(np.int8)))
     if not len(flips):

@@ -41,11 +41,12 @@ def closed_port_url() -> str:
 class AgentProcess:
     """A ``pilothouse agent`` subprocess on a free loopback port with a throw-away data dir."""
 
-    def __init__(self, profile: Path | None = None):
+    def __init__(self, profile: Path | None = None, extra: Sequence[str] = ()):
         self._tmp = tempfile.TemporaryDirectory(prefix="pilothouse-bench-")
         self.data = Path(self._tmp.name)
         self.url = f"tcp://127.0.0.1:{free_port()}"
         self.profile = profile
+        self.extra = list(extra)  # more `pilothouse agent` arguments
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "AgentProcess":
@@ -57,7 +58,7 @@ class AgentProcess:
     def start(self) -> "AgentProcess":
         prefix = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
         cmd = [sys.executable, *prefix, "-m", "agent", "agent", "--bind", self.url, "--data", str(self.data),
-               "--log-level", "WARNING"]
+               "--log-level", "WARNING", *self.extra]
         self._log = open(self.data / "agent.log", "wb")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + 30

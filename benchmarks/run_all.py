@@ -1,12 +1,14 @@
-"""Run every benchmark with its defaults, one after the other (about five minutes in all).
+"""Run every benchmark with its defaults, one after the other (about ten minutes in all).
 
     python benchmarks/run_all.py
 """
 
 from __future__ import annotations
 
+import bench_alerts
 import bench_app
 import bench_chart
+import bench_load
 import bench_log
 import bench_store
 import bench_sync
@@ -16,7 +18,8 @@ import bench_throughput
 def main() -> bool:
     """True if every benchmark's own check (delivery, zero loss) passed."""
     ok = True
-    for bench in (bench_log, bench_throughput, bench_store, bench_sync, bench_chart, bench_app):
+    for bench in (bench_log, bench_throughput, bench_store, bench_sync, bench_chart, bench_app, bench_load,
+                  bench_alerts):
         print(f"\n=== {bench.__name__} ===\n", flush=True)
         ok = bench.passed(bench.main([])) and ok
     return ok

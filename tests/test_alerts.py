@@ -19,7 +19,7 @@ import pytest
 
 import agent
 from agent.alert_rules import RuleError, check_rule, load_rules
-from agent.alerts import AlertEngine, RunView, sliding_max
+from agent.alerts import AlertEngine, RunView, sliding_max, window_best
 from agent.client import AgentError, Client, entry_body
 from conftest import ROOT, AgentProcess, finish, free_port, start_trainer, wait_until
 
@@ -84,6 +84,9 @@ def test_sliding_max_matches_the_definition():
             ref = [max((v for v in x[max(0, i - w + 1): i + 1] if not np.isnan(v)), default=-np.inf)
                    for i in range(n)]
             assert np.array_equal(sliding_max(x, w), np.array(ref)), (n, w)
+            for cut in {0, n // 2, n - 1}:  # the same best, split into a stored tail and a new chunk
+                tail, chunk = x[max(0, cut - (w - 1)):cut], x[cut:]
+                assert np.array_equal(window_best(tail, chunk, w), np.array(ref[cut:])), (n, w, cut)
 
 
 def test_stale_and_gpu_idle_rules_follow_the_liveness_view():

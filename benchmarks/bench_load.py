@@ -1,0 +1,597 @@
+"""Many agents at once on loopback: points/s, end-to-end latency, CPU, memory, zero loss; CURVE vs plain TCP.
+
+N real agent subprocesses (``python -m agent agent``), each fed by one trainer run logging a
+fixed schedule (``--rate`` points/s as ``--metrics`` scalars per step); reader processes
+follow every agent with ``Client.follow`` (credit flow, like the app).  Latency is the
+reader's receive time minus the record's own ``log()`` wall time (one sample per step).
+psutil samples every process once a second.  Each mode gets fresh agents; in ``curve``
+mode the readers connect to the agent's CurveZMQ listener instead of its loopback port
+(trainers always use the loopback port), so the difference is the cost of CURVE on the
+reading path.  Every step of every run must arrive exactly once, else the exit status is 1.
+
+    python benchmarks/bench_load.py [--agents 32] [--rate 2000] [--seconds 45] [--rounds 2] [--modes plain,curve] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+import agent
+from agent.client import Client, entry_points
+from agent.launcher import reachable
+
+from _common import ROOT, free_port, median, percentile, table, write_result
+
+STALL_SECONDS = 60.0  # a reader gives up on an agent (and reports loss) after this long without a new point
+READY_SECONDS = 120.0  # for 32 agents + their trainers and readers to start on a busy 2-core machine
+MODES = ("plain", "curve")
+
+
+def metric_names(n: int) -> list[str]:
+    return [f"train/m{j:02d}" for j in range(n)]
+
+
+# --- CURVE (agent/security.py) ------------------------------------------------------------
+
+def curve_setup(keys_dir: Path, listen_urls: list[str]) -> None:
+    """Agent and client keypairs; the client allowed by the agents; the agents' key trusted per URL."""
+    from agent.security import Keyring
+
+    ring = Keyring(keys_dir)
+    ring.init()
+    ring.allow(ring.public("client"), "bench")
+    for url in listen_urls:
+        ring.trust(url, ring.public("agent"))
+
+
+def make_client(url: str, keys_dir: str | None, timeout: float) -> Client:
+    if keys_dir is None:
+        return Client(url, timeout=timeout)
+    from agent.security import Keyring
+
+    return Client(url, timeout=timeout, keys=Keyring(keys_dir))  # type: ignore[call-arg]
+
+
+# --- agents -------------------------------------------------------------------------------
+
+class Agents:
+    """N ``pilothouse agent`` subprocesses, started together, each with its own port and data dir."""
+
+    def __init__(self, n: int, root: Path, keys_dir: Path | None):
+        self.bind = [f"tcp://127.0.0.1:{free_port()}" for _ in range(n)]
+        self.listen = [f"tcp://127.0.0.1:{free_port()}" for _ in range(n)] if keys_dir else []
+        self.root = root
+        self.keys_dir = keys_dir
+        self.procs: list[subprocess.Popen] = []
+        self._logs: list[Any] = []
+
+    def start(self) -> None:
+        for i, url in enumerate(self.bind):
+            data = self.root / f"agent-{i:02d}"
+            data.mkdir()
+            cmd = [sys.executable, "-m", "agent", "agent", "--bind", url, "--data", str(data), "--log-level", "WARNING"]
+            if self.keys_dir is not None:
+                cmd += ["--listen", self.listen[i], "--keys", str(self.keys_dir)]
+            log = open(data / "agent.log", "wb")
+            self._logs.append(log)
+            self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                               stdin=subprocess.DEVNULL))
+        deadline = time.monotonic() + READY_SECONDS
+        for i, url in enumerate(self.bind):
+            while not reachable(url, timeout=0.5):
+                if self.procs[i].poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"agent {i} did not answer on {url}: {self.log_text(i)}")
+
+    def log_text(self, i: int) -> str:
+        return (self.root / f"agent-{i:02d}" / "agent.log").read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()  # SIGTERM: the agent stops cleanly
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for log in self._logs:
+            log.close()
+
+
+# --- trainers -----------------------------------------------------------------------------
+
+def trainer_main(runs: list[tuple[str, str]], n_metrics: int, steps_per_s: float, steps: int,
+                 conn: multiprocessing.connection.Connection) -> None:
+    """One process hosting ``runs`` (agent URL, run id): each run has its own outbox thread.
+
+    At tick i (a fixed schedule from the start time) every hosted run logs step i with
+    value = step + metric index; a late tick is logged at once (no step is skipped)."""
+    names = metric_names(n_metrics)
+    offsets = [float(j) for j in range(n_metrics)]
+    handles = [agent.init(project="bench-load", name=run_id, id=run_id, agent=url, heartbeat=1.0)
+               for url, run_id in runs]
+    conn.send("ready")
+    msg = conn.recv()
+    if msg == "quit":
+        return
+    t_start = msg[1]
+    mono0 = time.monotonic() + (t_start - time.time())
+    dt = 1.0 / steps_per_s
+    late = 0
+    max_lag = 0.0
+    t_first = 0.0
+    for i in range(steps):
+        lag = time.monotonic() - (mono0 + i * dt)
+        if lag < 0:
+            time.sleep(-lag)
+        else:
+            max_lag = max(max_lag, lag)
+            late += lag > dt
+        if i == 0:
+            t_first = time.time()
+        for run in handles:
+            run.log(dict(zip(names, [i + o for o in offsets])), step=i)
+    t_logged = time.time()
+    finished = [run.finish(timeout=120) for run in handles]
+    conn.send({"t_first_log": t_first, "t_logged": t_logged, "late_ticks": late, "max_lag_s": max_lag,
+               "runs": {run.id: {"finished": ok, "steps": steps, **run.stats}
+                        for run, ok in zip(handles, finished)}})
+    conn.recv()  # "quit": the parent reads our CPU and memory before we exit
+
+
+# --- readers ------------------------------------------------------------------------------
+
+@dataclass
+class Tally:
+    count: int = 0
+    total: float = 0.0
+    last_step: int = -1
+    disorder: int = 0  # chunks whose steps did not strictly continue the previous ones: duplicates or reordering
+
+
+@dataclass
+class Follower:
+    """What one reader thread saw of one agent's run."""
+
+    url: str
+    run: str
+    n_metrics: int
+    tallies: list[Tally] = field(default_factory=list)
+    latencies: list[np.ndarray] = field(default_factory=list)
+    points: int = 0
+    t_first_point: float = 0.0
+    t_last_point: float = 0.0
+    expected: int | None = None  # steps; set once the trainer reported
+    error: str = ""
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    def complete(self) -> bool:
+        return self.expected is not None and all(t.count >= self.expected for t in self.tallies)
+
+    def follow(self, keys_dir: str | None, stop: threading.Event) -> None:
+        names = {name: j for j, name in enumerate(metric_names(self.n_metrics))}
+        self.tallies = [Tally() for _ in names]
+        try:
+            with make_client(self.url, keys_dir, timeout=30) as client:
+                client.ping()  # the connection works (and, in curve mode, the handshake)
+                self.ready.set()
+                last_progress = time.monotonic()
+                for page in client.follow(after=0, run=self.run, kinds=["m"], idle=0.2):
+                    now = time.time()
+                    for e in page.entries:
+                        steps, vals, times = entry_points(e)
+                        j = names[e.metric]
+                        t = self.tallies[j]
+                        if steps[0] <= t.last_step or np.any(steps[1:] <= steps[:-1]):
+                            t.disorder += 1
+                        t.last_step = int(steps[-1])
+                        t.count += len(steps)
+                        t.total += float(vals.sum())
+                        self.points += len(steps)
+                        if j == 0:  # one latency sample per step
+                            self.latencies.append((now - times).astype(np.float32))
+                    if page.entries:
+                        self.t_first_point = self.t_first_point or now
+                        self.t_last_point = now
+                        last_progress = time.monotonic()
+                    if self.complete() or stop.is_set():
+                        break
+                    if self.expected is not None and time.monotonic() - last_progress > STALL_SECONDS:
+                        self.error = f"stalled: no new point for {STALL_SECONDS:g} s"
+                        break
+        except Exception as exc:  # reported as loss, never hangs the benchmark
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.ready.set()
+
+    def problems(self) -> list[str]:
+        out = [f"{self.run}: {self.error}"] if self.error else []
+        steps = self.expected or 0
+        base = steps * (steps - 1) / 2
+        for j, t in enumerate(self.tallies):
+            if t.count != steps or t.disorder or t.last_step != steps - 1 or t.total != base + j * steps:
+                out.append(f"{self.run}/m{j:02d}: {t.count}/{steps} points, {t.disorder} out-of-order chunks, "
+                           f"last step {t.last_step}, sum {t.total} (want {base + j * steps})")
+        return out
+
+
+def reader_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | None,
+                conn: multiprocessing.connection.Connection) -> None:
+    """One process, one thread (and one Client) per followed agent."""
+    stop = threading.Event()
+    followers = [Follower(url, run, n_metrics) for url, run in targets]
+    threads = [threading.Thread(target=f.follow, args=(keys_dir, stop), daemon=True) for f in followers]
+    for th in threads:
+        th.start()
+    for f in followers:
+        f.ready.wait(READY_SECONDS)
+    errors = [f"{f.url}: {f.error or 'no answer'}" for f in followers if f.error or not f.ready.is_set()]
+    conn.send({"ready": not errors, "errors": errors})
+    msg = conn.recv()  # {run: steps} once the trainers are done, or "quit"
+    if msg == "quit":
+        stop.set()
+        return
+    for f in followers:
+        f.expected = msg[f.run]
+    for th in threads:
+        th.join()
+    lat = np.concatenate([a for f in followers for a in f.latencies]) if any(f.latencies for f in followers) \
+        else np.empty(0, np.float32)
+    conn.send({"points": sum(f.points for f in followers),
+               "t_first_point": min((f.t_first_point for f in followers if f.t_first_point), default=0.0),
+               "t_last_point": max(f.t_last_point for f in followers),
+               "latencies": lat.tobytes(),
+               "problems": [p for f in followers for p in f.problems()]})
+    conn.recv()  # "quit"
+
+
+# --- CPU and memory -----------------------------------------------------------------------
+
+class Sampler:
+    """psutil once a second: per process, the last CPU time and the peak RSS seen."""
+
+    def __init__(self, roles: dict[str, list[int]], interval: float = 1.0):
+        self.procs = {role: [psutil.Process(pid) for pid in pids] for role, pids in roles.items()}
+        self.interval = interval
+        self.cpu: dict[int, float] = {}
+        self.peak_rss: dict[int, int] = {}
+        self.machine_busy: list[float] = []  # share of all cores busy, per interval (everything on the box)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> dict[int, float]:
+        for procs in self.procs.values():
+            for p in procs:
+                try:
+                    with p.oneshot():
+                        t = p.cpu_times()
+                        rss = p.memory_info().rss
+                except psutil.Error:
+                    continue  # exited: keep its last values
+                self.cpu[p.pid] = t.user + t.system
+                self.peak_rss[p.pid] = max(self.peak_rss.get(p.pid, 0), rss)
+        return dict(self.cpu)
+
+    def _loop(self) -> None:
+        psutil.cpu_percent()
+        while not self._stop.wait(self.interval):
+            self.sample()
+            self.machine_busy.append(psutil.cpu_percent() / 100)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# --- one mode -----------------------------------------------------------------------------
+
+def split(items: list, parts: int) -> list[list]:
+    parts = max(1, min(parts, len(items)))
+    return [items[k::parts] for k in range(parts)]
+
+
+def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    n_metrics = args.metrics
+    steps_per_s = args.rate / n_metrics
+    steps = round(args.seconds * steps_per_s)
+    children: list[multiprocessing.process.BaseProcess] = []
+    pipes: dict[str, list[multiprocessing.connection.Connection]] = {"trainer": [], "reader": []}
+    with tempfile.TemporaryDirectory(prefix="pilothouse-load-") as tmp:
+        root = Path(tmp)
+        keys_dir = root / "keys" if mode == "curve" else None
+        agents = Agents(args.agents, root, keys_dir)
+        try:
+            if keys_dir is not None:
+                keys_dir.mkdir()
+                curve_setup(keys_dir, agents.listen)
+            t_setup = time.monotonic()
+            agents.start()
+            run_ids = [f"load-{mode}-{i:02d}" for i in range(args.agents)]
+            read_urls = agents.listen if mode == "curve" else agents.bind
+
+            def spawn(role: str, target: Any, *a: Any) -> None:
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=target, args=(*a, child), daemon=True, name=f"bench-load-{role}")
+                proc.start()
+                children.append(proc)
+                pipes[role].append(parent)
+
+            for group in split(list(zip(read_urls, run_ids)), args.readers):
+                spawn("reader", reader_main, group, n_metrics, str(keys_dir) if keys_dir else None)
+            for group in split(list(zip(agents.bind, run_ids)), math.ceil(args.agents / args.runs_per_trainer)):
+                spawn("trainer", trainer_main, group, n_metrics, steps_per_s, steps)
+            for conn in pipes["reader"]:
+                msg = conn.recv() if conn.poll(READY_SECONDS + 10) else {"ready": False, "errors": ["timeout"]}
+                if not msg["ready"]:
+                    raise RuntimeError(f"a reader could not connect: {msg['errors'][:3]}")
+            for conn in pipes["trainer"]:
+                if not conn.poll(READY_SECONDS) or conn.recv() != "ready":
+                    raise RuntimeError("a trainer did not start")
+            setup_s = time.monotonic() - t_setup
+            roles = {"agent": [p.pid for p in agents.procs],
+                     "trainer": [p.pid for p in children if p.name.endswith("trainer")],
+                     "reader": [p.pid for p in children if p.name.endswith("reader")]}
+            sampler = Sampler(roles)
+            idle0 = sampler.sample()
+            time.sleep(args.idle)
+            idle1 = sampler.sample()  # the agents' own cost with nothing to do (host sampler, timers)
+            cpu0 = sampler.sample()
+            sampler.start()
+            t_go = time.time() + 0.2
+            for conn in pipes["trainer"]:
+                conn.send(("go", t_go))
+            reports = []
+            for conn in pipes["trainer"]:
+                if not conn.poll(args.seconds + 300):
+                    raise RuntimeError("a trainer did not report back")
+                reports.append(conn.recv())
+            logged = {run: r["steps"] for rep in reports for run, r in rep["runs"].items()}
+            for conn in pipes["reader"]:
+                conn.send(logged)
+            reads = []
+            for conn in pipes["reader"]:
+                if not conn.poll(STALL_SECONDS + 300):
+                    raise RuntimeError("a reader did not report back")
+                reads.append(conn.recv())
+            sampler.stop()
+            cpu1 = sampler.sample()
+            for conn in pipes["trainer"] + pipes["reader"]:
+                conn.send("quit")
+            for proc in children:
+                proc.join(30)
+        finally:
+            for conn in pipes["trainer"] + pipes["reader"]:
+                try:
+                    conn.send("quit")
+                except (OSError, ValueError):
+                    pass
+            for proc in children:
+                proc.join(5)
+                if proc.is_alive():
+                    proc.terminate()
+                    proc.join(5)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+            agents.stop()
+    return summarize(mode, args, steps, setup_s, t_go, reports, reads, sampler, roles, idle0, idle1, cpu0, cpu1)
+
+
+def summarize(mode: str, args: argparse.Namespace, steps: int, setup_s: float, t_go: float, reports: list[dict],
+              reads: list[dict], sampler: Sampler, roles: dict[str, list[int]], idle0: dict[int, float],
+              idle1: dict[int, float], cpu0: dict[int, float], cpu1: dict[int, float]) -> dict[str, Any]:
+    expected_points = steps * args.metrics * args.agents
+    received = sum(r["points"] for r in reads)
+    t0 = min(t_go, *(r["t_first_log"] for r in reports))  # the schedule's start: a late trainer catches up
+    t_end = max(r["t_last_point"] for r in reads)
+    window = t_end - t0
+    lat = np.sort(np.concatenate([np.frombuffer(r["latencies"], np.float32) for r in reads]))
+    problems = [p for r in reads for p in r["problems"]]
+    run_stats = [s for rep in reports for s in rep["runs"].values()]
+    dropped = sum(s["dropped_points"] for s in run_stats)
+    lossless = not problems and received == expected_points and dropped == 0 and all(s["finished"] for s in run_stats)
+
+    roles_out: dict[str, Any] = {}
+    for role, pids in roles.items():
+        cpu = [cpu1.get(pid, 0.0) - cpu0.get(pid, 0.0) for pid in pids]
+        rss = [sampler.peak_rss.get(pid, 0) for pid in pids]
+        roles_out[role] = {"processes": len(pids), "cpu_s": sum(cpu), "cores": sum(cpu) / window,
+                           "cpu_ns_per_point": sum(cpu) / max(received, 1) * 1e9,
+                           "median_process_cores": median(cpu) / window,
+                           "peak_rss_mb_sum": sum(rss) / 2**20, "peak_rss_mb_median": median(rss) / 2**20}
+    idle_rate = sum(idle1.get(pid, 0.0) - idle0.get(pid, 0.0) for pid in roles["agent"]) / max(args.idle, 1e-9)
+    agent = roles_out["agent"]
+    agent["idle_cores"] = idle_rate
+    agent["net_cpu_ns_per_point"] = max(0.0, agent["cpu_s"] - idle_rate * window) / max(received, 1) * 1e9
+    total_cpu = sum(r["cpu_s"] for r in roles_out.values())
+    lat_ms = (lambda q: float(percentile(lat, q)) * 1e3) if len(lat) else (lambda q: float("nan"))
+    return {
+        "mode": mode, "agents": args.agents, "metrics_per_step": args.metrics,
+        "offered_points_per_s": args.rate * args.agents, "steps_per_run": steps,
+        "setup_s": round(setup_s, 1), "window_s": round(window, 2),
+        "expected_points": expected_points, "received_points": received,
+        "points_per_s": received / window,
+        "trainer_points_per_s": expected_points / (max(r["t_logged"] for r in reports) - t0),
+        "late_ticks": sum(r["late_ticks"] for r in reports), "max_tick_lag_ms": max(r["max_lag_s"] for r in reports) * 1e3,
+        "latency_samples": int(len(lat)), "latency_p50_ms": lat_ms(50), "latency_p99_ms": lat_ms(99),
+        "latency_max_ms": float(lat[-1]) * 1e3 if len(lat) else float("nan"),
+        "cpu_ns_per_point": total_cpu / max(received, 1) * 1e9, "cpu_cores": total_cpu / window,
+        "machine_busy_median": median(sampler.machine_busy) if sampler.machine_busy else float("nan"),
+        "roles": roles_out, "trainer_dropped_points": dropped,
+        "trainers_finished": all(s["finished"] for s in run_stats),
+        "lossless": lossless, "problems": problems[:20],
+    }
+
+
+# --- report -------------------------------------------------------------------------------
+
+RATIOS = {  # curve / plain, per round
+    "points_per_s": lambda m: m["points_per_s"],
+    "latency_p50_ms": lambda m: m["latency_p50_ms"],
+    "latency_p99_ms": lambda m: m["latency_p99_ms"],
+    "latency_max_ms": lambda m: m["latency_max_ms"],
+    "cpu_ns_per_point": lambda m: m["cpu_ns_per_point"],
+    "agent_cpu_ns_per_point": lambda m: m["roles"]["agent"]["cpu_ns_per_point"],
+    "agent_net_cpu_ns_per_point": lambda m: m["roles"]["agent"]["net_cpu_ns_per_point"],
+    "trainer_cpu_ns_per_point": lambda m: m["roles"]["trainer"]["cpu_ns_per_point"],
+    "reader_cpu_ns_per_point": lambda m: m["roles"]["reader"]["cpu_ns_per_point"],
+    "agent_median_process_cores": lambda m: m["roles"]["agent"]["median_process_cores"],
+    "agent_peak_rss_mb_median": lambda m: m["roles"]["agent"]["peak_rss_mb_median"],
+}
+SUMMED = {"expected_points", "received_points", "trainer_dropped_points", "late_ticks", "latency_samples"}
+
+
+def aggregate(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over rounds; counts of points summed; lossless only if every round was."""
+    out: dict[str, Any] = {}
+    for key, value in rounds[0].items():
+        values = [r[key] for r in rounds]
+        if isinstance(value, dict):
+            out[key] = aggregate(values)
+        elif isinstance(value, bool):
+            out[key] = all(values)
+        elif isinstance(value, (int, float)):
+            out[key] = sum(values) if key in SUMMED else (max(values) if key.startswith("max") else median(values))
+        elif isinstance(value, list):
+            out[key] = [x for v in values for x in v]
+        else:
+            out[key] = value
+    return out
+
+
+def report(results: dict[str, dict[str, Any]], ratios: dict[str, float]) -> str:
+    modes = [m for m in MODES if m in results]
+    r = results
+    rows: list[list[Any]] = []
+    with_ratio = bool(ratios)
+
+    def row(label: str, get: Any, fmt: str, ratio_key: str | None = None) -> None:
+        values = [get(r[m]) for m in modes]
+        cells = [format(v, fmt) if isinstance(v, (int, float)) else str(v) for v in values]
+        if with_ratio:
+            value = ratios.get(ratio_key, math.nan) if ratio_key else math.nan
+            cells.append(f"{value:.2f}x" if math.isfinite(value) else "")
+        rows.append([label, *cells])
+
+    row("points/s offered (all agents)", lambda m: m["offered_points_per_s"], ",.0f")
+    row("points/s delivered, end to end", lambda m: m["points_per_s"], ",.0f", "points_per_s")
+    row("latency log() -> reader p50 (ms)", lambda m: m["latency_p50_ms"], ".1f", "latency_p50_ms")
+    row("latency p99 (ms)", lambda m: m["latency_p99_ms"], ".1f", "latency_p99_ms")
+    row("latency max (ms)", lambda m: m["latency_max_ms"], ".0f", "latency_max_ms")
+    row("CPU ns/point, all processes", lambda m: m["cpu_ns_per_point"], ",.0f", "cpu_ns_per_point")
+    for role in ("agent", "trainer", "reader"):
+        row(f"  {role}s ns/point", lambda m, role=role: m["roles"][role]["cpu_ns_per_point"], ",.0f",
+            f"{role}_cpu_ns_per_point")
+    row("  agents ns/point net of idle", lambda m: m["roles"]["agent"]["net_cpu_ns_per_point"], ",.0f",
+        "agent_net_cpu_ns_per_point")
+    row("cores used: agents / trainers / readers",
+        lambda m: " / ".join(f"{m['roles'][k]['cores']:.2f}" for k in ("agent", "trainer", "reader")), "")
+    row("agents idle (cores, before the load)", lambda m: m["roles"]["agent"]["idle_cores"], ".2f")
+    row("one agent, median (% of a core)", lambda m: m["roles"]["agent"]["median_process_cores"] * 100, ".1f",
+        "agent_median_process_cores")
+    row("machine busy, median (all cores, %)", lambda m: m["machine_busy_median"] * 100, ".0f")
+    row("peak RSS MB: one agent (median) / all", lambda m: f"{m['roles']['agent']['peak_rss_mb_median']:.0f} / "
+        f"{m['roles']['agent']['peak_rss_mb_sum']:.0f}", "", "agent_peak_rss_mb_median")
+    for role in ("trainer", "reader"):
+        row(f"peak RSS MB: one {role} proc / all", lambda m, role=role: f"{m['roles'][role]['peak_rss_mb_median']:.0f}"
+            f" / {m['roles'][role]['peak_rss_mb_sum']:.0f}", "")
+    row("late trainer ticks / max lag (ms)", lambda m: f"{m['late_ticks']:,} / {m['max_tick_lag_ms']:.0f}", "")
+    row("points expected / received (all rounds)",
+        lambda m: f"{m['expected_points']:,} / {m['received_points']:,}", "")
+    row("trainer-dropped points", lambda m: m["trainer_dropped_points"], "d")
+    row("lossless, no duplicates", lambda m: "yes" if m["lossless"] else "NO", "")
+    headers = ["", *modes] + (["curve / plain"] if with_ratio else [])
+    return table(headers, rows)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--agents", type=int, default=32)
+    p.add_argument("--rate", type=float, default=2000, help="points/s per agent")
+    p.add_argument("--metrics", type=int, default=10, help="scalars per step (steps/s = rate / metrics)")
+    p.add_argument("--seconds", type=float, default=45, help="seconds of load per mode and round")
+    p.add_argument("--modes", default="plain,curve", help="comma-separated: plain, curve")
+    p.add_argument("--runs-per-trainer", type=int, default=8,
+                   help="trainer runs hosted by one process, each with its own outbox thread and socket "
+                        "(1 = a process per trainer: twice the trainers' CPU on a 2-core machine)")
+    p.add_argument("--readers", type=int, default=2, help="reader processes (each follows agents on threads)")
+    p.add_argument("--idle", type=float, default=3.0, help="seconds to measure the idle agents before the load")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="rounds of all modes, alternating the order (plain, curve, curve, plain, ...)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 4 agents, 10 s per mode, one round")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.agents, args.seconds, args.rounds = 4, 10.0, 1
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in MODES:
+            p.error(f"unknown mode {m!r}; choose from {', '.join(MODES)}")
+    if min(args.agents, args.metrics, args.rounds, args.readers, args.runs_per_trainer) < 1 \
+            or args.rate <= 0 or args.seconds <= 0:
+        p.error("--agents, --rate, --metrics, --seconds, --rounds, --readers and --runs-per-trainer must be positive")
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up children on SIGTERM too
+    cores = os.cpu_count()
+    print(f"{args.agents} agents x {args.rate:,.0f} points/s ({args.rate / args.metrics:g} steps/s x {args.metrics} "
+          f"scalars), {args.seconds:g} s per mode, modes {', '.join(modes)}; {cores} cores, load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    t_all = time.monotonic()
+    for rnd in range(args.rounds):
+        for mode in (modes if rnd % 2 == 0 else modes[::-1]):  # ABBA: a drifting machine load cancels out
+            t = time.monotonic()
+            runs[mode].append(res := run_mode(mode, args))
+            print(f"round {rnd + 1}/{args.rounds}, {mode}: {res['points_per_s']:,.0f} points/s, p50 "
+                  f"{res['latency_p50_ms']:.1f} ms, p99 {res['latency_p99_ms']:.1f} ms, "
+                  f"{res['cpu_ns_per_point']:,.0f} CPU ns/point, lossless={res['lossless']} "
+                  f"(setup {res['setup_s']:.0f} s, {time.monotonic() - t:.0f} s in all)", flush=True)
+            for problem in res["problems"]:
+                print("  LOSS:", problem)
+    results = {m: aggregate(r) for m, r in runs.items()}
+    ratios = {}
+    if "plain" in runs and "curve" in runs:
+        ratios = {name: median([get(c) / get(p) for p, c in zip(runs["plain"], runs["curve"]) if get(p)] or [math.nan])
+                  for name, get in RATIOS.items()}
+    print(f"\nLoad: {args.agents} agents on loopback, each fed {args.rate:,.0f} points/s by its own trainer run "
+          f"({args.runs_per_trainer} run(s) per trainer process), followed by {args.readers} reader process(es); "
+          f"{cores} cores shared by everything, load average now {os.getloadavg()[0]:.2f}. Medians of {args.rounds} "
+          f"round(s); curve / plain is the median of the per-round ratios.\n")
+    print(report(results, ratios))
+    for mode, res in results.items():
+        if res["points_per_s"] < 0.95 * res["offered_points_per_s"]:
+            print(f"\n{mode}: SATURATED: {res['points_per_s']:,.0f} of {res['offered_points_per_s']:,.0f} points/s "
+                  f"delivered with the machine {res['machine_busy_median']:.0%} busy: it cannot carry this load, so "
+                  f"a backlog grows and the latency is mostly queueing (try fewer --agents)")
+    data = {"args": vars(args), "cores": cores, "medians": {m: results[m] for m in modes}, "rounds": runs,
+            "curve_over_plain": ratios, "wall_s": round(time.monotonic() - t_all, 1)}
+    path = write_result("bench_load", data)
+    print(f"results: {path} ({data['wall_s']:.0f} s)")
+    return data
+
+
+def passed(data: dict[str, Any]) -> bool:
+    return all(r["lossless"] for rounds in data["rounds"].values() for r in rounds)
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if passed(main()) else 1)
