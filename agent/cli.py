@@ -185,13 +185,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no runs yet on {args.agent}: add `run = agent.init(project=..., name=...)` to a training script")
         return 0
-    rows = [("ID", "RUN", "STATUS", "STEP", "HOST", "LOST", "LAST VALUES")]
+    rows = [("ID", "RUN", "STATUS", "STEP", "HOST", "LOST", "ALERTS", "LAST VALUES")]
     for r in runs:
         lost = max(r["dropped_records"] or 0, r["lost_records"] or 0)
         values = "  ".join(f"{k}={fmt_value(v)}" for k, v in list(r["summary"].items())[:4])
         rows.append((r["id"], f"{r['project']}/{r['name']}", r["status"],
                      "-" if r["last_step"] is None else str(r["last_step"]), r["host"] or "-",
-                     f"{lost} rec" if lost else "0", values))
+                     f"{lost} rec" if lost else "0", ",".join(r.get("alerts") or []) or "-", values))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])

@@ -468,7 +468,11 @@ class Agent(CommandDesk, AlertDesk):
 
     def _op_runs(self, args: dict) -> list[dict]:
         rows = self.store.runs()
+        firing: dict[str, list[str]] = {}
+        for alert in self.alerts.firing():
+            firing.setdefault(alert.run, []).append(alert.rule.name)
         for row in rows:
+            row["alerts"] = sorted(set(firing.get(row["id"], ())))  # rules firing on it now
             live = self.live.get(row["id"])
             if live is not None and row["kind"] == "train":
                 row["status"] = live.status

@@ -232,7 +232,10 @@ def test_nan_alerts_pauses_at_that_step_and_runs_the_hook(tmp_path, alert_agent)
         ack = next(e for e in events if e["event"] == "ack")
         assert ack["state"] == "applied" and ack["step"] == 26  # the next step boundary after the NaN
         run = next(r for r in client.runs() if r["id"] == run_id)
-        assert run["status"] == "paused" and run["last_step"] == 25
+        assert run["status"] == "paused" and run["last_step"] == 25 and run["alerts"] == ["nan-loss"]
+        listing = subprocess.run([sys.executable, "-m", "agent", "runs", "--agent", proc.url], capture_output=True,
+                                 text=True, cwd=ROOT, timeout=30).stdout
+        assert "ALERTS" in listing and "nan-loss" in listing.splitlines()[1]
 
         wait_until(hook_out.exists, what="the hook's output")
         wait_until(lambda: hook_out.read_text().endswith("}"), what="the hook's whole input")
