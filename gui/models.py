@@ -7,8 +7,8 @@ so filtering, ordering, selection and diffing are tested without a display.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 RunKey = tuple[str, str]  # (agent URL, run id): run ids are only unique per agent
@@ -31,6 +31,7 @@ class RunRow:
     host: str
     lost_records: int
     created: float
+    alerts: int = 0  # rules firing on this run now (gui.alerts)
 
     @property
     def key(self) -> RunKey:
@@ -58,8 +59,9 @@ class RunRow:
 
 
 def sort_key(row: RunRow) -> tuple:
-    """Severity, then newest first, then a stable tie-break."""
-    return (SEVERITY.get(row.status, len(SEVERITY)), -row.created, row.title, row.key)
+    """Severity (a firing alert counts as crashed), then newest first, then a stable tie-break."""
+    severity = 0 if row.alerts else SEVERITY.get(row.status, len(SEVERITY))
+    return (severity, -row.created, row.title, row.key)
 
 
 class RunsModel:
@@ -69,6 +71,7 @@ class RunsModel:
         self.include_system = include_system  # the agents' sys-HOST runs belong to the GPU panel
         self.filter_text = ""
         self._rows: dict[RunKey, RunRow] = {}
+        self._alerts: dict[RunKey, int] = {}
         self._selected: list[RunKey] = []
 
     def set_runs(self, runs: Iterable[dict]) -> None:
@@ -84,7 +87,14 @@ class RunsModel:
         for run in runs:
             if self.include_system or run.get("kind", "train") == "train":
                 row = RunRow.from_run(run, agent)
-                self._rows[row.key] = row
+                self._rows[row.key] = replace(row, alerts=self._alerts[row.key]) if row.key in self._alerts else row
+
+    def set_alerts(self, counts: Mapping[RunKey, int]) -> None:
+        """Firing alerts per run (runs left out have none), e.g. ``AlertBook.counts()``."""
+        self._alerts = {k: n for k, n in counts.items() if n}
+        for key, row in self._rows.items():
+            if row.alerts != self._alerts.get(key, 0):
+                self._rows[key] = replace(row, alerts=self._alerts.get(key, 0))
 
     def set_filter(self, text: str) -> None:
         self.filter_text = text.strip()

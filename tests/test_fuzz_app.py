@@ -636,8 +636,15 @@ def test_agent_memory_bounded_under_fuzz_and_churn(tmp_path):
         pool.append(frame)
 
     collect()
-    # every message type was fuzzed (an unsub has no fields: only a broken type makes it invalid)
-    assert set(INBOUND) - {"unsub"} <= types, types
+    # every message type is fuzzed, whatever the draw: one broken copy of each is added by hand
+    # (an unsub has no fields: only a broken type makes it invalid)
+    for kind, template in TEMPLATES.items():
+        broken = {**template, "t": kind + "\x00"} if kind == "unsub" else {**template, "run": 3.5, "id": "x",
+                                                                              "n": -1, "after": -1}
+        assert invalid(broken), kind
+        pool.append(msgpack.packb(broken, use_bin_type=True))
+        types.add(kind)
+    assert set(INBOUND) <= types, types
     proc = AgentProcess(tmp_path / "agent", free_port(), ["--stale-after", "3"]).start()
     try:
         run = agent.init("fuzz", "base", {"lr": 1e-3}, agent=proc.url, id="fuzzbase2", heartbeat=3600)

@@ -7,6 +7,7 @@ Network I/O lives in ``gui.network`` threads; their callbacks become Qt signals 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,16 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QAbstractItemView, QApplication, QFileDialog, QInputDialog, QLabel, QLineEdit, QMainWindow,
                                QMessageBox, QPlainTextEdit, QSplitter, QStackedWidget, QTableView, QTabWidget,
                                QToolBar, QVBoxLayout, QWidget)
+from pyqtgraph.util.garbage_collector import GarbageCollector
 
-from agent.client import AgentError, Client, Entry
+from agent.client import AgentError, Client, Entry, entry_body
+from agent.protocol import KIND_EVENT
 
+from ..alerts import Alert, AlertBook, Marker, is_alert, place
 from ..local_store import LocalStore
 from ..models import RunKey, RunsModel
 from ..network import Health, Links
+from .alerts import AlertsPanel, Notifier
 from .charts import ChartsPanel
 from .config import ConfigPanel
 from .export import export_chart_png, export_run_csv
@@ -31,6 +36,7 @@ from .system import SystemPanel
 from .theme import apply_theme
 
 REDRAW_MS = 30
+NAME_WAIT_MS = 2000  # a notification waits this long at most for its run's name (the run list lags ~1 s)
 EMPTY = ("No agents yet: run `pilothouse agent` on a node, then add it here (Agents → Add agent…, "
          "e.g. tcp://127.0.0.1:7766).")
 
@@ -54,9 +60,15 @@ class MainWindow(QMainWindow):
             self.links.add(url)
         self.runs = RunsModel()
         self.runs.set_runs(self.store.runs())
-        self.table_model = RunsTableModel(self.runs)
+        self.alert_book = self._load_alerts()
+        self.runs.set_alerts(self.alert_book.counts())
+        self.table_model = RunsTableModel(self.runs, self.alert_book.firing)
+        self.notifier = Notifier(self, self._show_alerts_tab)
+        self._unnamed: list[Alert] = []  # alerts to notify once the run list names their run
         self.health: dict[str, Health] = {}
+        self._events_key: RunKey | None = None
         self._dirty = True
+        self._alerts_dirty = True
         self._closed = False
         self._build()
         self.bridge.batch.connect(self._on_batch)
@@ -92,10 +104,16 @@ class MainWindow(QMainWindow):
         self.rollouts = RolloutsPanel()
         self.config = ConfigPanel()
         self.events = QPlainTextEdit(readOnly=True)
+        self.alerts = AlertsPanel()
+        self.alerts.titles = self._title
+        self.alerts.run_choices = lambda url: [(r.run_id, r.title) for r in self.runs.rows() if r.agent == url]
+        self.alerts.run_activated.connect(self._show_run)
+        self.alerts.set_agents([a["url"] for a in self.links.agents()])
         self.tabs = QTabWidget()
         for widget, title in ((self.charts, "Charts"), (self.system, "System"), (self.rollouts, "Rollouts"),
-                              (self.config, "Config"), (self.events, "Events")):
+                              (self.config, "Config"), (self.events, "Events"), (self.alerts, "Alerts")):
             self.tabs.addTab(widget, title)
+        self.tabs.currentChanged.connect(self._on_tab)
         self.empty = QLabel(EMPTY, alignment=Qt.AlignCenter, wordWrap=True)
         self.center = QStackedWidget()
         self.center.addWidget(self.tabs)
@@ -117,6 +135,10 @@ class MainWindow(QMainWindow):
                 act.setShortcut(QKeySequence(keys))
             bar.addAction(act)
             self.actions[name] = act
+        bar.addSeparator()
+        self.alerts_action = QAction("no alerts", self, toolTip="alerts firing now: show the Alerts tab",
+                                     triggered=self._show_alerts_tab)
+        bar.addAction(self.alerts_action)
         files = self.menuBar().addMenu("&File")
         files.addAction(QAction("Export run as &CSV…", self, shortcut=QKeySequence("Ctrl+E"),
                                 triggered=self._export_csv))
@@ -128,7 +150,7 @@ class MainWindow(QMainWindow):
         self.dark = QAction("&Dark theme", self, checkable=True, shortcut=QKeySequence("Ctrl+Shift+D"),
                             toggled=self._theme)
         view.addAction(self.dark)
-        for i, name in enumerate(("Charts", "System", "Rollouts", "Config", "Events"), start=1):
+        for i, name in enumerate(("Charts", "System", "Rollouts", "Config", "Events", "Alerts"), start=1):
             view.addAction(QAction(name, self, shortcut=QKeySequence(f"Alt+{i}"),
                                    triggered=lambda _=False, i=i: self.tabs.setCurrentIndex(i - 1)))
         self.filter_shortcut = QAction(self, shortcut=QKeySequence("Ctrl+F"), triggered=self.filter.setFocus)
@@ -168,6 +190,7 @@ class MainWindow(QMainWindow):
         self.charts.add_entries(url, entries)
         self.system.add_entries(url, entries)
         self.rollouts.add_entries(url, entries)
+        self._add_alerts(url, entries)
         self._schedule()
 
     def _on_health(self, health: Health) -> None:
@@ -185,6 +208,9 @@ class MainWindow(QMainWindow):
             return
         self._dirty = False
         selected = self.runs.selected()
+        if self._alerts_dirty:
+            self._alerts_dirty = False
+            self._show_alerts()
         self.table_model.refresh()
         self._reselect(selected)
         self.table.resizeColumnsToContents()
@@ -204,6 +230,7 @@ class MainWindow(QMainWindow):
         for key in keys:
             self.runs.select(key)
         self.charts.show_runs(keys, self.store)
+        self.charts.show_alerts({k: self._markers(k) for k in keys})
         self.rollouts.show_runs(keys, self.store)
         self.config.show_runs(keys, self.store)
         self._show_events(keys[-1] if keys else None)
@@ -221,12 +248,102 @@ class MainWindow(QMainWindow):
             self.runs.select(key)
 
     def _show_events(self, key: RunKey | None) -> None:
+        self._events_key = key
         if key is None:
             self.events.setPlainText("")
             return
         from agent.cli import event_line  # plain text formatting shared with `pilothouse events`
 
         self.events.setPlainText("\n".join(event_line(e) for e in self.store.events(*key)))
+
+    # --- alerts ---------------------------------------------------------------------------
+
+    def _load_alerts(self) -> AlertBook:
+        """Every alert in the store; only those journaled after each agent's cursor as of now,
+        and stamped after now, will notify."""
+        book = AlertBook()
+        with self.store.snapshot():
+            for agent in self.store.agents():
+                book.follow(agent["url"], agent["cursor"])
+            for run in self.store.runs():
+                book.load(run["agent"], run["id"], self.store.events(run["agent"], run["id"]))
+        return book
+
+    def _add_alerts(self, url: str, entries: list[Entry]) -> None:
+        """Alert events of a live batch: badge, markers and the tab follow; new ones notify."""
+        changed: set[RunKey] = set()
+        fresh = []
+        for e in entries:
+            if e.kind != KIND_EVENT:
+                continue
+            body = entry_body(e)
+            if is_alert(body):
+                changed.add((url, e.run))
+                if (alert := self.alert_book.add(url, e.run, e.id, body)) is not None:
+                    fresh.append(alert)
+        if fresh or self._unnamed:
+            self._notify(fresh)
+        if not changed:
+            return
+        self._alerts_dirty = True
+        if changed & set(self.charts.keys):
+            self.charts.show_alerts({k: self._markers(k) for k in self.charts.keys})
+        if self._events_key in changed:
+            self._show_events(self._events_key)
+
+    def _notify(self, fresh: list[Alert], wait: bool = True) -> None:
+        """Notify now about alerts of runs the list knows (a title says more than a run id); an
+        alert on a run just started waits for the list's next refresh, at most NAME_WAIT_MS."""
+        self._unnamed += fresh
+        ready = [a for a in self._unnamed if not wait or self.runs.row(a.key) is not None]
+        self._unnamed = [a for a in self._unnamed if a not in ready]
+        self.notifier.notify(ready, self._title)
+        if fresh and self._unnamed:
+            QTimer.singleShot(NAME_WAIT_MS, self, self._notify_unnamed)
+
+    def _notify_unnamed(self) -> None:
+        if not self._closed:
+            self._notify([], wait=False)
+
+    def _markers(self, key: RunKey) -> list[Marker]:
+        """A run's chart markers, those without a step placed at its last step by then."""
+        marks = self.alert_book.markers(key)
+        if any(m.step is None for m in marks) and (metrics := self.store.metrics(*key)):
+            row = self.runs.row(key)
+            metric = row.key_metric if row is not None and row.key_metric in metrics else metrics[0]
+            steps, _, times = self.store.series(*key, metric)
+            marks = place(marks, steps, times)
+        return marks
+
+    def _show_alerts(self) -> None:
+        self.runs.set_alerts(self.alert_book.counts())
+        self.alerts.show_alerts(self.alert_book)
+        n = len(self.alert_book.firing())
+        self.alerts_action.setText(f"⚠ {n} alert{'s' if n != 1 else ''} firing" if n else "no alerts")
+
+    def _on_tab(self, _: int) -> None:
+        if self.tabs.currentWidget() is self.alerts:
+            self.alerts.refresh_rules()  # rules may have changed from a CLI or another app
+
+    def _show_alerts_tab(self) -> None:
+        self.tabs.setCurrentWidget(self.alerts)
+        if self.isMinimized():
+            self.showNormal()
+        self.raise_()
+        self.activateWindow()
+
+    def _title(self, key: RunKey) -> str:
+        row = self.runs.row(key)
+        return row.title if row is not None else key[1]
+
+    def _show_run(self, key: RunKey) -> None:
+        """From the Alerts tab: select the run and show its charts."""
+        for i in range(self.table_model.rowCount()):
+            if self.table_model.row_at(i).key == key:
+                self.table.selectRow(i)
+                self.tabs.setCurrentWidget(self.charts)
+                return
+        self.statusBar().showMessage(f"run {key[1]} is not in the list (hidden by the filter?)", 5000)
 
     # --- run control ----------------------------------------------------------------------
 
@@ -287,6 +404,7 @@ class MainWindow(QMainWindow):
         if ok:
             self.links.remove(url)
             self.health.pop(url, None)
+            self.alerts.set_agents([a["url"] for a in self.links.agents()])
             self._schedule()
 
     def _ask_agent(self) -> None:
@@ -297,6 +415,10 @@ class MainWindow(QMainWindow):
             self.links.add(url.strip())
         except ValueError as exc:
             QMessageBox.warning(self, "Add agent", str(exc))
+        else:
+            url = url.strip()
+            self.alert_book.follow(url, self.store.cursor(url), time.time())
+        self.alerts.set_agents([a["url"] for a in self.links.agents()])
         self._schedule()
 
 
@@ -309,6 +431,12 @@ def _health_text(h: Health) -> str:
 
 def run_app(argv: Sequence[str], store_path: str | Path | None, agents: Sequence[str]) -> int:
     app = QApplication.instance() or QApplication(list(argv))
+    # garbage is collected on the UI thread only: a collection triggered on a network thread
+    # could otherwise delete Qt objects there and crash the app
+    collector = GarbageCollector(interval=1.0)
     window = MainWindow(store_path, agents)
     window.show()
-    return app.exec()
+    try:
+        return app.exec()
+    finally:
+        collector.timer.stop()

@@ -24,11 +24,23 @@ PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
            "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 FAINT_ALPHA = 70  # the raw curve behind a smoothed one
 MARKER_COLOR = "#d62728"
+CLEARED_COLOR = "#8a8f98"
+MAX_ALERT_LINES = 50  # a flapping rule must not bury the curves: the newest are drawn
 
 
 def color_for(run_id: str) -> str:
     """A stable palette color for a run id (a hash, not an insertion order)."""
     return PALETTE[zlib.crc32(run_id.encode()) % len(PALETTE)]
+
+
+@dataclass(frozen=True)
+class AlertMark:
+    """A vertical line where a rule fired (or cleared), labelled with the rule's name."""
+
+    x: float
+    label: str
+    tooltip: str
+    firing: bool = True
 
 
 @dataclass
@@ -50,6 +62,7 @@ class ChartWidget(pg.PlotWidget):
         self._follow = True
         self._setting_range = False
         self._marker_x = np.empty(0)
+        self.alert_lines: list[pg.InfiniteLine] = []
         plot = self.getPlotItem()
         self._vb = plot.getViewBox()
         self._vb.disableAutoRange(pg.ViewBox.XAxis)  # x is ours: the curves only hold the visible part
@@ -90,6 +103,23 @@ class ChartWidget(pg.PlotWidget):
         """Add points to a curve; the redraw comes from the coalescing timer."""
         self.curves[name].series.append(xs, ys)
         self.schedule_redraw()
+
+    def set_alert_marks(self, marks: list[AlertMark]) -> None:
+        """Replace the alert lines.  They are a handful of static items (not redrawn per frame)
+        and do not count in the x range the chart follows."""
+        plot = self.getPlotItem()
+        for line in self.alert_lines:
+            plot.removeItem(line)
+        self.alert_lines = []
+        for mark in marks[-MAX_ALERT_LINES:]:
+            color = MARKER_COLOR if mark.firing else CLEARED_COLOR
+            style = QtCore.Qt.PenStyle.SolidLine if mark.firing else QtCore.Qt.PenStyle.DotLine
+            line = pg.InfiniteLine(pos=mark.x, angle=90, movable=False, pen=pg.mkPen(color, width=1.5, style=style),
+                                   label=mark.label.replace("{", "{{").replace("}", "}}"),  # a format string
+                                   labelOpts={"position": 0.92, "color": color})
+            line.setToolTip(mark.tooltip)
+            plot.addItem(line, ignoreBounds=True)
+            self.alert_lines.append(line)
 
     def schedule_redraw(self, *_: object) -> None:
         if not self._timer.isActive():

@@ -15,9 +15,10 @@ from PySide6.QtCore import Qt
 from agent.client import Entry, entry_points
 from agent.protocol import KIND_METRIC
 
+from ..alerts import Marker
 from ..local_store import LocalStore
 from ..models import RunKey, metric_groups
-from .chart import PALETTE, ChartWidget, color_for
+from .chart import PALETTE, AlertMark, ChartWidget, color_for
 
 COLUMNS = 2
 CHART_HEIGHT = 240
@@ -29,6 +30,7 @@ class ChartsPanel(QWidget):
         self.keys: list[RunKey] = []
         self.charts: dict[str, ChartWidget] = {}
         self.seen: dict[str, int] = {}  # agent url -> journal id up to which history was loaded
+        self.alert_markers: dict[RunKey, list[Marker]] = {}
         self.smoothing = QSlider(Qt.Horizontal, minimum=0, maximum=99, value=0, toolTip="EMA smoothing")
         self.smoothing.valueChanged.connect(self._restyle)
         self.log_y = QCheckBox("log y")
@@ -86,6 +88,26 @@ class ChartsPanel(QWidget):
         if added:
             self._layout()
 
+    def show_alerts(self, markers: dict[RunKey, list[Marker]]) -> None:
+        """Alert markers of the charted runs: on the chart of the alert's metric, or on every
+        chart of the run for an alert without one (a stale run)."""
+        self.alert_markers = markers
+        for metric, chart in self.charts.items():
+            self._mark(metric, chart)
+
+    def _mark(self, metric: str, chart: ChartWidget) -> None:
+        by_time = self.x_axis.currentText() == "wall time"
+        several = len(self.keys) > 1
+        marks = []
+        for key in self.keys:
+            for m in self.alert_markers.get(key, ()):
+                x = m.time if by_time else m.step
+                if x is None or m.metric not in (metric, None):
+                    continue
+                label = f"{'⚠' if m.state == 'firing' else '✓'} {m.rule}" + (f" ({key[1]})" if several else "")
+                marks.append(AlertMark(float(x), label, f"{key[1]}: {m.detail} ({m.state})", m.state == "firing"))
+        chart.set_alert_marks(marks)
+
     def redraw(self) -> None:
         self.hint.setVisible(not self.charts)
 
@@ -101,6 +123,7 @@ class ChartsPanel(QWidget):
             chart.setMinimumHeight(CHART_HEIGHT)
             chart.setTitle(metric)
             self._style(chart)
+            self._mark(metric, chart)
         name = key[1]
         if name not in chart.curves:
             chart.add_curve(name, color=self.colors[name])

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor
 
-from ..models import RunRow, RunsModel
+from ..alerts import Alert
+from ..models import RunKey, RunRow, RunsModel
+from .chart import MARKER_COLOR
 
-COLUMNS = ("status", "run", "step", "key metric", "host", "lost")
+COLUMNS = ("status", "alerts", "run", "step", "key metric", "host", "lost")
 STATUS_COLORS = {"crashed": "#d64545", "stale": "#d98a1c", "running": "#3a9b5c", "paused": "#3f7fd0",
                  "finished": "#8a8f98"}
 STATUS_MARKS = {"crashed": "✖", "stale": "◌", "running": "●", "paused": "⏸", "finished": "○"}
@@ -18,9 +21,10 @@ Index = QModelIndex | QPersistentModelIndex
 
 
 class RunsTableModel(QAbstractTableModel):
-    def __init__(self, runs: RunsModel):
+    def __init__(self, runs: RunsModel, firing: Callable[[RunKey], list[Alert]] = lambda key: []):
         super().__init__()
         self.runs = runs
+        self.firing = firing  # a run's firing alerts, for the badge's tooltip
         self._rows: list[RunRow] = []
 
     def refresh(self) -> None:
@@ -50,7 +54,11 @@ class RunsTableModel(QAbstractTableModel):
             return _cell(row, column)
         if role == Qt.ForegroundRole and column == "status":
             return QColor(STATUS_COLORS.get(row.status, "#8a8f98"))
+        if role == Qt.ForegroundRole and column == "alerts":
+            return QColor(MARKER_COLOR)  # the charts' alert red
         if role == Qt.ToolTipRole:
+            if column == "alerts" and row.alerts:
+                return "\n".join(f"⚠ {a.rule}: {a.summary()}" for a in self.firing(row.key))
             return f"{row.title} ({row.run_id}) on {row.host or '?'} via {row.agent}"
         return None
 
@@ -58,6 +66,8 @@ class RunsTableModel(QAbstractTableModel):
 def _cell(row: RunRow, column: str) -> str:
     if column == "status":
         return f"{STATUS_MARKS.get(row.status, '?')} {row.status}"
+    if column == "alerts":
+        return f"⚠ {row.alerts}" if row.alerts else ""
     if column == "run":
         return row.title
     if column == "step":
