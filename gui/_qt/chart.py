@@ -111,12 +111,12 @@ class ChartWidget(pg.PlotWidget):
         for line in self.alert_lines:
             plot.removeItem(line)
         self.alert_lines = []
-        for mark in marks[-MAX_ALERT_LINES:]:
+        for i, mark in enumerate(marks[-MAX_ALERT_LINES:]):
             color = MARKER_COLOR if mark.firing else CLEARED_COLOR
             style = QtCore.Qt.PenStyle.SolidLine if mark.firing else QtCore.Qt.PenStyle.DotLine
             line = pg.InfiniteLine(pos=mark.x, angle=90, movable=False, pen=pg.mkPen(color, width=1.5, style=style),
                                    label=mark.label.replace("{", "{{").replace("}", "}}"),  # a format string
-                                   labelOpts={"position": 0.92, "color": color})
+                                   labelOpts={"position": 0.92 - 0.08 * (i % 4), "color": color})  # staggered
             line.setToolTip(mark.tooltip)
             plot.addItem(line, ignoreBounds=True)
             self.alert_lines.append(line)
