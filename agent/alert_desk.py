@@ -145,6 +145,9 @@ class AlertDesk:
 
     def _act(self, fired: list[Alert]) -> None:
         for alert in fired:
+            if alert.step is None:  # a liveness or GPU alert: placed at the run's last step
+                row = self.store.run_row(alert.run)
+                alert.step = row["last_step"] if row else None
             body = alert.body()
             self.store.event(alert.run, "alert", body)
             self.store.db.execute(
