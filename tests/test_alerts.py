@@ -389,3 +389,70 @@ def test_bad_alerts_in_a_hello_are_refused_and_no_run_is_made(agent_proc):
         assert all(r["id"] != "badrules1" for r in client.runs())
         with pytest.raises(AgentError, match="no rule named"):
             client.remove_alert("x")
+
+
+# --- GPU rules (NVML faked: this machine has no NVIDIA GPU) and hooks ----------------------------------
+
+IDLE_TRAINER = """
+run = agent.init(project="alerts", name="hung", agent=URL, heartbeat=0.2)
+print(run.id, flush=True)
+for step in range(100000):
+    if run.sync(step).stop:
+        break
+    run.log({"loss": 1.0}, step=step)
+    time.sleep(0.02)
+run.finish()
+"""
+
+
+def test_an_idle_gpu_under_a_running_job_fires_on_that_job(tmp_path):
+    """The real agent loop and sampler; only NVML is faked, reporting a GPU stuck at 3 %."""
+    import threading
+
+    from agent.sampler import SystemSampler
+    from agent.server import Agent
+    from test_sampler import fake_nvml
+
+    nvml = fake_nvml(1)
+    nvml.nvmlDeviceGetUtilizationRates = lambda h: type("U", (), {"gpu": 3, "memory": 0})()
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nname = "hung-rank"\nkind = "gpu_idle"\nutil = 10\nseconds = 1\npause = true\n')
+    url = f"tcp://127.0.0.1:{free_port()}"
+    nodes: list[Agent] = []
+
+    def serve() -> None:  # the agent's SQLite connection belongs to the thread that runs its loop
+        nodes.append(Agent(url, tmp_path / "agent", sample_interval=0.2, sampler=SystemSampler(nvml), alerts=rules))
+        nodes[0].serve_forever()
+
+    loop = threading.Thread(target=serve, daemon=True)
+    loop.start()
+    wait_until(lambda: nodes, what="the agent")
+    trainer = start_trainer(tmp_path, IDLE_TRAINER, url)
+    try:
+        run_id = trainer.stdout.readline().strip()
+        with Client(url, timeout=5) as client:
+            alert = wait_until(lambda: next((a for a in client.alerts()["firing"] if a["rule"] == "hung-rank"), None),
+                               timeout=15, what="the gpu_idle alert")
+            assert alert["run"] == run_id and alert["metric"] == "gpu0/util" and alert["value"] == 3.0
+            assert "below 10% for" in alert["detail"]
+            wait_until(lambda: next(r for r in client.runs() if r["id"] == run_id)["status"] == "paused",
+                       what="the rule's pause")
+            assert client.command(run_id, "stop", wait=10)["state"] == "applied"
+        finish(trainer)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+        nodes[0].stop()
+        loop.join(timeout=10)
+
+
+def test_a_hook_that_hangs_is_killed_at_its_timeout_and_a_missing_one_is_reported():
+    from agent.hooks import run_hook
+
+    started = time.monotonic()
+    result = run_hook("r1", "slow", ("sh", "-c", "sleep 30 & sleep 30"), "{}", 0.5)
+    assert result.timed_out and time.monotonic() - started < 5  # the whole process group is killed
+    missing = run_hook("r1", "gone", ("/nonexistent/pager",), "{}", 1.0)
+    assert missing.returncode is None and "could not start" in missing.error
+    failing = run_hook("r1", "bad", ("sh", "-c", "echo no route >&2; exit 3"), "{}", 5.0)
+    assert failing.returncode == 3 and failing.error == "no route"
