@@ -156,8 +156,9 @@ class AlertEngine:
                 state = self._states.setdefault((key, run.id, None), _State())
                 if on != state.firing:
                     state.firing = on
-                    detail = (f"no heartbeat for {run.silent:.1f} s; the trainer is {run.status}" if on
-                              else f"{run.id} is {run.status} again")
+                    gone = "; its process is gone (crashed)" if run.status == "crashed" else ""
+                    detail = (f"no heartbeat for {run.silent:.1f} s{gone}" if on
+                              else f"heartbeats again, the run is {run.status}")
                     out.append(Alert(key, rule, run.id, None, "firing" if on else "cleared", None, None, detail))
         return self._remember(out)
 
