@@ -51,8 +51,8 @@ class AlertDesk:
         db["alert_rules"].create({"source": str, "scope": str, "name": str, "spec": bytes},
                                  pk=("source", "scope", "name"), if_not_exists=True)
         db["alerts"].create({"id": int, "time": float, "run": str, "rule": str, "kind": str, "state": str,
-                             "metric": str, "step": int, "value": float, "detail": str, "source": str},
-                            pk="id", if_not_exists=True)
+                             "metric": str, "step": int, "value": float, "detail": str, "source": str,
+                             "scope": str, "ref": float}, pk="id", if_not_exists=True)
         for source, scope, spec in db.execute("SELECT source, scope, spec FROM alert_rules"):
             try:
                 self.alerts.add(source, scope, check_rule(msgpack.unpackb(spec, raw=False)))
@@ -60,7 +60,19 @@ class AlertDesk:
                 log.warning("a stored %s rule no longer loads and is skipped: %s", source, exc)
         if self.rules_file is not None:
             self._load_rules_file(startup=True)
+        self._restore_episodes()
 
+    def _restore_episodes(self) -> None:
+        """Episodes firing when the agent stopped go on firing: their clearing is reported, their
+        start is not reported again."""
+        rules = dict(self.alerts.rules())
+        for row in self.store.db.query(
+                "SELECT * FROM alerts WHERE id IN (SELECT MAX(id) FROM alerts "
+                "GROUP BY source, scope, rule, run, metric) AND state='firing'"):
+            key = (row["source"], row["scope"] or "", row["rule"])
+            if key in rules:
+                self.alerts.restore(Alert(key, rules[key], row["run"], row["metric"], "firing", row["step"],
+                                          row["value"], row["detail"], row["time"]), row["ref"])
     # --- rule sources ------------------------------------------------------------------------
 
     def _load_rules_file(self, startup: bool = False) -> None:
@@ -151,10 +163,10 @@ class AlertDesk:
             body = alert.body()
             self.store.event(alert.run, "alert", body)
             self.store.db.execute(
-                "INSERT INTO alerts (time, run, rule, kind, state, metric, step, value, detail, source) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO alerts (time, run, rule, kind, state, metric, step, value, detail, source, scope, ref) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 [alert.time, alert.run, alert.rule.name, alert.rule.kind, alert.state, alert.metric, alert.step,
-                 alert.value, alert.detail, alert.key[0]])
+                 alert.value, alert.detail, alert.key[0], alert.key[1], self.alerts.carry(alert)])
             log.warning("alert %s %s on %s: %s", alert.rule.name, alert.state, alert.run, alert.detail)
             if alert.state == "firing" and alert.rule.pause:
                 live = self.live.get(alert.run)

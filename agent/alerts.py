@@ -113,6 +113,23 @@ class AlertEngine:
         """The alert that started each episode still going on."""
         return [s.last for s in self._states.values() if s.firing and s.last is not None]
 
+    def carry(self, alert: Alert) -> float | None:
+        """What an episode needs to go on after a restart: a drop's reference best."""
+        state = self._states.get((alert.key, alert.run, alert.metric))
+        return state.ref if state is not None and alert.rule.kind == "drop" else None
+
+    def restore(self, alert: Alert, ref: float | None) -> bool:
+        """Resume an episode that was firing when the agent stopped (metric rules only: liveness
+        and GPU rules start over with the agent's fresh view), so a restart does not page twice."""
+        rule = self._rules.get(alert.key)
+        if rule is None or rule.kind not in METRIC_KINDS or rule.kind != alert.rule.kind:
+            return False
+        state = self._states.setdefault((alert.key, alert.run, alert.metric), _State())
+        state.firing, state.count, state.ref = True, rule.for_steps, ref if ref is not None else 0.0
+        state.last = Alert(alert.key, rule, alert.run, alert.metric, "firing", alert.step, alert.value,
+                           alert.detail, alert.time)
+        return True
+
     def _remember(self, edges: list[Alert]) -> list[Alert]:
         for alert in edges:
             self._states[(alert.key, alert.run, alert.metric)].last = alert

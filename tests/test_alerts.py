@@ -456,3 +456,41 @@ def test_a_hook_that_hangs_is_killed_at_its_timeout_and_a_missing_one_is_reporte
     assert missing.returncode is None and "could not start" in missing.error
     failing = run_hook("r1", "bad", ("sh", "-c", "echo no route >&2; exit 3"), "{}", 5.0)
     assert failing.returncode == 3 and failing.error == "no route"
+
+
+FLAG_TRAINER = """
+import os
+run = agent.init(project="alerts", name="restart", agent=URL, heartbeat=0.2)
+print(run.id, flush=True)
+for step in range(100000):
+    if os.path.exists(ARGS[0] + ".stop"):
+        break
+    run.log({"loss": 1.0 if os.path.exists(ARGS[0]) else float("nan")}, step=step)
+    time.sleep(0.01)
+run.finish()
+"""
+
+
+def test_an_episode_firing_across_an_agent_restart_is_not_reported_twice(tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nname = "nan-loss"\nkind = "nonfinite"\nmetric = "loss"\n')
+    proc = AgentProcess(tmp_path / "agent", free_port(), ["--alerts", str(rules)]).start()
+    flag = tmp_path / "healed"
+    trainer = start_trainer(tmp_path, FLAG_TRAINER, proc.url, str(flag))
+    try:
+        run_id = trainer.stdout.readline().strip()
+        with proc.client() as client:
+            wait_until(lambda: client.alerts()["firing"], what="the NaN alert")
+        proc.kill()
+        proc.start()
+        with proc.client() as client:
+            assert [a["rule"] for a in client.alerts()["firing"]] == ["nan-loss"]  # still firing, not re-fired
+            time.sleep(1.0)  # NaNs keep coming into the restarted agent
+            flag.touch()
+            wait_until(lambda: not client.alerts()["firing"], what="the episode cleared")
+            alerts = [(e["state"], e["rule"]) for e in alert_events(client, run_id) if e["event"] == "alert"]
+            assert alerts == [("firing", "nan-loss"), ("cleared", "nan-loss")]
+    finally:
+        (tmp_path / "healed.stop").touch()
+        finish(trainer)
+        proc.stop()
