@@ -17,6 +17,7 @@ client talks CURVE only to the key it was told, so a wrong server cannot finish 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -31,6 +32,8 @@ from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import z85
 
 from .protocol import check_url, is_loopback
+
+log = logging.getLogger("pilothouse.security")
 
 ENV_KEYS = "PILOTHOUSE_KEYS"
 ZAP_DOMAIN = "pilothouse"
@@ -269,7 +272,16 @@ def secure_server(sock: zmq.Socket, keys: Keypair) -> None:
 def client_keys(url: str, ring: Keyring | None = None) -> tuple[Keypair, str] | None:
     """This client's keypair and the agent key to expect at ``url``, or None for a plain local URL."""
     ring = ring if ring is not None else Keyring()
-    server = ring.agent_key(url) if ring.dir.exists() else None
+    try:
+        server = ring.agent_key(url) if ring.dir.exists() else None
+    except SecurityError as exc:
+        if not is_loopback(url):
+            raise
+        # a local URL is plain unless a key was pinned for it; a keyring we must not trust cannot
+        # pin one, and it must not stop a trainer or a local tool either (a CURVE agent here
+        # would simply refuse the plain connection)
+        log.warning("ignoring the keyring for %s: %s", url, exc)
+        server = None
     if server is None:
         if is_loopback(url):
             return None

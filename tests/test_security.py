@@ -100,6 +100,16 @@ def test_an_allow_list_others_can_edit_is_refused(tmp_path):
         ring.allowed()
 
 
+def test_an_exposed_keyring_stops_network_clients_but_not_local_ones(tmp_path, agent_proc):
+    ring = ring_with_keys(tmp_path / "keys")
+    ring.trust("tcp://10.1.2.3:7767", ring.public("agent"))
+    os.chmod(ring.dir / "known_agents", 0o666)
+    with pytest.raises(SecurityError, match="writable by other users"):
+        Client("tcp://10.1.2.3:7767", keys=ring)
+    with Client(agent_proc.url, timeout=5, keys=ring) as client:  # trainers and local tools keep working
+        assert client.ping()["journal"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["allow", "short"], "64 hex digits"),
     (["allow", "x" * 64], "64 hex digits"),
