@@ -19,14 +19,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from agent.alert_rules import KINDS as RULE_KINDS
+
 from .models import RunKey
 
 ALERT_EVENT = "alert"
-KINDS = ("nonfinite", "above", "below", "drop", "stale", "gpu_idle")
+KINDS = tuple(RULE_KINDS)
 # What each kind needs, as the rule form asks for it (the agent validates and has the last word).
-KIND_FIELDS = {"nonfinite": ("metric",), "above": ("metric", "threshold", "for_steps"),
-               "below": ("metric", "threshold", "for_steps"), "drop": ("metric", "pct", "window"),
-               "stale": ("seconds",), "gpu_idle": ("util", "seconds")}
+KIND_FIELDS = {kind: tuple(fields) for kind, fields in RULE_KINDS.items()}
 RUN_LEVEL = ("stale", "gpu_idle")  # alerts about the run as a whole, marked on all its charts
 INT_FIELDS = ("for_steps", "window")
 FLOAT_FIELDS = ("threshold", "pct", "seconds", "util")
