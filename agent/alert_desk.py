@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import numpy as np
 
-from .alert_rules import RuleError, check_rule, check_rules, load_rules
+from .alert_rules import Rule, RuleError, check_rule, check_rules, load_rules
 from .alerts import Alert, AlertEngine, RunView
 from .hooks import HookRunner
 from .protocol import KIND_METRIC
@@ -41,11 +41,12 @@ class AlertDesk:
     live: dict[str, Liveness]
     host: str
 
-    def _init_alerts(self, rules_file: str | Path | None) -> None:
+    def _init_alerts(self, rules_file: str | Path | None, file_rules: list[Rule]) -> None:
+        """``file_rules``: the file's rules, already loaded (a bad file stopped the start earlier)."""
         self.alerts = AlertEngine()
         self.hooks = HookRunner()
         self.rules_file = Path(rules_file) if rules_file is not None else None
-        self._rules_stamp: tuple | None = None
+        self._rules_stamp = _stamp(self.rules_file)
         self._names: dict[str, str] = {}
         db = self.store.db
         db["alert_rules"].create({"source": str, "scope": str, "name": str, "spec": bytes},
@@ -58,8 +59,9 @@ class AlertDesk:
                 self.alerts.add(source, scope, check_rule(msgpack.unpackb(spec, raw=False)))
             except (RuleError, ValueError) as exc:
                 log.warning("a stored %s rule no longer loads and is skipped: %s", source, exc)
+        self.alerts.replace("file", "", file_rules)
         if self.rules_file is not None:
-            self._load_rules_file(startup=True)
+            log.info("%d alert rule(s) from %s", len(file_rules), self.rules_file)
         self._restore_episodes()
 
     def _restore_episodes(self) -> None:
@@ -70,36 +72,31 @@ class AlertDesk:
                 "SELECT * FROM alerts WHERE id IN (SELECT MAX(id) FROM alerts "
                 "GROUP BY source, scope, rule, run, metric) AND state='firing'"):
             key = (row["source"], row["scope"] or "", row["rule"])
-            if key in rules:
-                self.alerts.restore(Alert(key, rules[key], row["run"], row["metric"], "firing", row["step"],
+            rule = rules.get(key)
+            if rule is not None and rule.kind == row["kind"]:
+                self.alerts.restore(Alert(key, rule, row["run"], row["metric"], "firing", row["step"],
                                           row["value"], row["detail"], row["time"]), row["ref"])
+
     # --- rule sources ------------------------------------------------------------------------
 
-    def _load_rules_file(self, startup: bool = False) -> None:
-        """Startup refuses a bad file (RuleError); later, a bad edit is reported and the old rules stay."""
+    def _reload_rules_file(self) -> None:
+        """A changed file is read again; a bad edit is reported and the previous rules stay."""
         assert self.rules_file is not None
-        try:
-            st = self.rules_file.stat()
-            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except OSError:
-            stamp = None
-        if stamp == self._rules_stamp and not startup:
+        stamp = _stamp(self.rules_file)
+        if stamp == self._rules_stamp:
             return
         self._rules_stamp = stamp
         try:
             rules = load_rules(self.rules_file)
         except RuleError as exc:
-            if startup:
-                raise
             log.error("alert rules not reloaded, the previous ones stay: %s", exc)
             self.store.event(self._system_run, "rules", {"ok": False, "file": str(self.rules_file),
                                                          "detail": str(exc)})
             return
         self.alerts.replace("file", "", rules)
         log.info("%d alert rule(s) from %s", len(rules), self.rules_file)
-        if not startup:
-            self.store.event(self._system_run, "rules", {"ok": True, "file": str(self.rules_file),
-                                                         "detail": f"{len(rules)} rule(s) loaded"})
+        self.store.event(self._system_run, "rules", {"ok": True, "file": str(self.rules_file),
+                                                     "detail": f"{len(rules)} rule(s) loaded"})
 
     def _rules_from_hello(self, run: str, specs: list[dict]) -> None:
         """A trainer's own rules (validated by the protocol check): they replace its previous ones."""
@@ -121,11 +118,7 @@ class AlertDesk:
             if entry[2] != KIND_METRIC:
                 continue
             run = entry[1]
-            name = self._names.get(run)
-            if name is None:
-                row = self.store.run_row(run)
-                name = self._names[run] = row["name"] if row else run
-            fired = self.alerts.observe(run, name, entry[3], np.frombuffer(entry[6], np.int64),
+            fired = self.alerts.observe(run, self._run_name(run), entry[3], np.frombuffer(entry[6], np.int64),
                                         np.frombuffer(entry[7], np.float64))
             if fired:
                 self._act(fired)
@@ -133,7 +126,7 @@ class AlertDesk:
     def _alert_tick(self) -> None:
         """Once a second: liveness rules, a changed rules file, finished hooks."""
         if self.rules_file is not None:
-            self._load_rules_file()
+            self._reload_rules_file()
         self._act(self.alerts.tick(self._run_views()))
         while self.hooks.results:
             result = self.hooks.results.popleft()
@@ -146,14 +139,15 @@ class AlertDesk:
 
     def _run_views(self) -> list[RunView]:
         now = time.time()
-        views = []
-        for run, live in self.live.items():
-            name = self._names.get(run)
-            if name is None:
-                row = self.store.run_row(run)
-                name = self._names[run] = row["name"] if row else run
-            views.append(RunView(run, name, live.status, now - live.seen))
-        return views
+        return [RunView(run, self._run_name(run), live.status, now - live.seen) for run, live in self.live.items()]
+
+    def _run_name(self, run: str) -> str:
+        """Rules match run names too; a name never changes, so it is read once."""
+        name = self._names.get(run)
+        if name is None:
+            row = self.store.run_row(run)
+            name = self._names[run] = row["name"] if row else run
+        return name
 
     def _act(self, fired: list[Alert]) -> None:
         for alert in fired:
@@ -217,3 +211,12 @@ class AlertDesk:
         if not isinstance(run, str):
             raise TypeError("run must be a run id or name")
         return self.store.resolve(run)
+
+
+def _stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """Identity of a file's version: a save replaces the inode or changes the time or size."""
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)

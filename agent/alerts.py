@@ -121,13 +121,11 @@ class AlertEngine:
     def restore(self, alert: Alert, ref: float | None) -> bool:
         """Resume an episode that was firing when the agent stopped (metric rules only: liveness
         and GPU rules start over with the agent's fresh view), so a restart does not page twice."""
-        rule = self._rules.get(alert.key)
-        if rule is None or rule.kind not in METRIC_KINDS or rule.kind != alert.rule.kind:
+        if self._rules.get(alert.key) is not alert.rule or alert.rule.kind not in METRIC_KINDS:
             return False
         state = self._states.setdefault((alert.key, alert.run, alert.metric), _State())
-        state.firing, state.count, state.ref = True, rule.for_steps, ref if ref is not None else 0.0
-        state.last = Alert(alert.key, rule, alert.run, alert.metric, "firing", alert.step, alert.value,
-                           alert.detail, alert.time)
+        state.firing, state.count, state.ref = True, alert.rule.for_steps, ref if ref is not None else 0.0
+        state.last = alert
         return True
 
     def _remember(self, edges: list[Alert]) -> list[Alert]:

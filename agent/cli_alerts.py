@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -25,9 +26,10 @@ def add_alerts_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_alerts(args: argparse.Namespace) -> int:
     with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
         if args.action == "add":
-            rule = _rule(args.words)
-            if isinstance(rule, str):
-                return _usage(rule)
+            try:
+                rule = _rule(args.words)
+            except ValueError as exc:
+                return _usage(str(exc))
             stored = client.add_alert(rule, run=args.run)
             print(json.dumps(stored) if args.json else f"added {_rule_line(stored)}")
         elif args.action == "rm":
@@ -60,18 +62,19 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rule(words: list[str]) -> dict | str:
+def _rule(words: list[str]) -> dict:
     """NAME KIND KEY=VALUE... as a rule map; a list value is JSON (exec='["cmd", "arg"]')."""
     if len(words) < 2:
-        return "alerts add needs NAME KIND [KEY=VALUE ...], like: alerts add nan-loss nonfinite metric=loss pause=true"
+        raise ValueError("alerts add needs NAME KIND [KEY=VALUE ...], "
+                         "like: alerts add nan-loss nonfinite metric=loss pause=true")
     rule: dict[str, Any] = {"name": words[0], "kind": words[1]}
     for word in words[2:]:
         try:
             key, value = parse_assignment(word)
             if isinstance(value, str) and value.startswith("["):
                 value = json.loads(value)
-        except (ValueError, json.JSONDecodeError) as exc:
-            return f"bad rule field {word!r}: {exc}"
+        except ValueError as exc:  # JSONDecodeError is one
+            raise ValueError(f"bad rule field {word!r}: {exc}") from None
         rule[key] = value
     return rule
 
@@ -89,7 +92,5 @@ def _alert_line(alert: dict) -> str:
 
 
 def _usage(text: str) -> int:
-    import sys
-
     print(f"pilothouse alerts: {text}", file=sys.stderr)
     return EXIT_USAGE

@@ -8,6 +8,7 @@ a cursor, not memory.  Timers run the host/GPU sampler and the liveness check.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -17,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import psutil
 import zmq
@@ -58,8 +59,7 @@ class Agent(CommandDesk, AlertDesk):
                  reader_timeout: float = 30.0, listen: str | None = None, keys: Keyring | None = None,
                  alerts: str | Path | None = None):
         self.bind = check_url(bind, bind=True)
-        if alerts is not None:
-            load_rules(alerts)  # a bad rules file stops the start before anything is bound or written
+        file_rules = load_rules(alerts) if alerts is not None else []  # a bad file stops the start here
         if not is_loopback(bind):
             raise ValueError(f"refusing to listen on {bind} without CurveZMQ: keep --bind on loopback and add "
                              f"--listen {bind} with keys (`pilothouse keys init`, then `pilothouse keys allow "
@@ -100,7 +100,7 @@ class Agent(CommandDesk, AlertDesk):
             "alerts": self._op_alerts, "alert_add": self._op_alert_add, "alert_rm": self._op_alert_rm,
         }
         self._restore_liveness()
-        self._init_alerts(alerts)
+        self._init_alerts(alerts, file_rules)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -172,11 +172,18 @@ class Agent(CommandDesk, AlertDesk):
         finally:
             con.close()
 
-    def _alert_timer(self) -> None:
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction outside a turn (timers); what it wrote goes to readers once committed.
+        On an error the caller (``_timer``) rolls back."""
         head_before = self.store.head
         self.store.begin()
-        self._alert_tick()
+        yield
         self.feed.feed(head_before, self.store.commit())
+
+    def _alert_timer(self) -> None:
+        with self._writing():
+            self._alert_tick()
 
     def _timer(self, job: Callable[[], None]) -> None:
         """A failing timer job is logged and retried next tick; it never stops the agent."""
@@ -378,13 +385,11 @@ class Agent(CommandDesk, AlertDesk):
                 live.status = verdict
                 changed.append((run, verdict, now - live.seen))
         if changed:
-            head_before = self.store.head
-            self.store.begin()
-            for run, verdict, silent in changed:
-                self.store.set_status(run, verdict, now, reason=f"no heartbeat for {silent:.1f} s")
-                if verdict == "crashed":
-                    self._close_commands(run, "the trainer crashed before applying it", now)
-            self.feed.feed(head_before, self.store.commit())
+            with self._writing():
+                for run, verdict, silent in changed:
+                    self.store.set_status(run, verdict, now, reason=f"no heartbeat for {silent:.1f} s")
+                    if verdict == "crashed":
+                        self._close_commands(run, "the trainer crashed before applying it", now)
 
     def _process_gone(self, live: Liveness) -> bool:
         """Only a process on this host can be checked; elsewhere silence means stale."""
@@ -416,15 +421,13 @@ class Agent(CommandDesk, AlertDesk):
             return
         run = self._system_run
         seq = self.store.max_seq.get((run, 0), 0) + 1
-        head_before = self.store.head
-        self.store.begin()
-        try:
-            self.store.ingest(run, 0, seq, seq, [list(values)], [[0, seq, time.time(), 0, list(values.values())]],
-                              time.time())
-        except ProtocolError as exc:
-            log.warning("system sample rejected: %s", exc)
-        self._alert_on_sample(values, time.time())
-        self.feed.feed(head_before, self.store.commit())
+        with self._writing():
+            try:
+                self.store.ingest(run, 0, seq, seq, [list(values)],
+                                  [[0, seq, time.time(), 0, list(values.values())]], time.time())
+            except ProtocolError as exc:
+                log.warning("system sample rejected: %s", exc)
+            self._alert_on_sample(values, time.time())
 
     def _send(self, ident: bytes, msg: dict) -> bool:
         sock = self.sock if ident[:1] == LOCAL or self.remote is None else self.remote.sock
