@@ -28,7 +28,7 @@ os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="pilothouse-bench-config
 import numpy as np  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from _common import AgentProcess, environment, median, percentile, table, write_result  # noqa: E402
+from _common import AgentProcess, median, percentile, table, write_result  # noqa: E402
 from gui._qt.app import MainWindow  # noqa: E402
 from gui._qt.charts import ChartsPanel  # noqa: E402
 from gui.local_store import LocalStore  # noqa: E402
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
             ["log() -> drawn, p99", f"{percentile(lat, 99):.0f} ms", "<= 100 ms"]]
     print()
     print(table(["what", "measured", "target"], rows))
-    data = {"environment": environment(), "open_s": [t[0] for t in trials], "bytes_per_point": per_point,
+    data = {"open_s": [t[0] for t in trials], "bytes_per_point": per_point,
             "latency_ms": {"p50": percentile(lat, 50), "p99": percentile(lat, 99), "n": len(lat)}}
     print(f"results: {write_result('bench_app', data)}")
     return data

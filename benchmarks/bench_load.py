@@ -35,8 +35,10 @@ import psutil
 import agent
 from agent.client import Client, entry_points
 from agent.launcher import reachable
+from agent.security import Keyring
 
 from _common import ROOT, free_port, median, percentile, table, write_result
+from bench_throughput import Tally
 
 STALL_SECONDS = 60.0  # a reader gives up on an agent (and reports loss) after this long without a new point
 READY_SECONDS = 120.0  # for 32 agents + their trainers and readers to start on a busy 2-core machine
@@ -51,8 +53,6 @@ def metric_names(n: int) -> list[str]:
 
 def curve_setup(keys_dir: Path, listen_urls: list[str]) -> None:
     """Agent and client keypairs; the client allowed by the agents; the agents' key trusted per URL."""
-    from agent.security import Keyring
-
     ring = Keyring(keys_dir)
     ring.init()
     ring.allow(ring.public("client"), "bench")
@@ -61,11 +61,7 @@ def curve_setup(keys_dir: Path, listen_urls: list[str]) -> None:
 
 
 def make_client(url: str, keys_dir: str | None, timeout: float) -> Client:
-    if keys_dir is None:
-        return Client(url, timeout=timeout)
-    from agent.security import Keyring
-
-    return Client(url, timeout=timeout, keys=Keyring(keys_dir))  # type: ignore[call-arg]
+    return Client(url, timeout=timeout, keys=Keyring(keys_dir) if keys_dir else None)
 
 
 # --- agents -------------------------------------------------------------------------------
@@ -159,14 +155,6 @@ def trainer_main(runs: list[tuple[str, str]], n_metrics: int, steps_per_s: float
 # --- readers ------------------------------------------------------------------------------
 
 @dataclass
-class Tally:
-    count: int = 0
-    total: float = 0.0
-    last_step: int = -1
-    disorder: int = 0  # chunks whose steps did not strictly continue the previous ones: duplicates or reordering
-
-
-@dataclass
 class Follower:
     """What one reader thread saw of one agent's run."""
 
@@ -198,12 +186,7 @@ class Follower:
                     for e in page.entries:
                         steps, vals, times = entry_points(e)
                         j = names[e.metric]
-                        t = self.tallies[j]
-                        if steps[0] <= t.last_step or np.any(steps[1:] <= steps[:-1]):
-                            t.disorder += 1
-                        t.last_step = int(steps[-1])
-                        t.count += len(steps)
-                        t.total += float(vals.sum())
+                        self.tallies[j].add(steps, vals)
                         self.points += len(steps)
                         if j == 0:  # one latency sample per step
                             self.latencies.append((now - times).astype(np.float32))
@@ -222,13 +205,8 @@ class Follower:
 
     def problems(self) -> list[str]:
         out = [f"{self.run}: {self.error}"] if self.error else []
-        steps = self.expected or 0
-        base = steps * (steps - 1) / 2
-        for j, t in enumerate(self.tallies):
-            if t.count != steps or t.disorder or t.last_step != steps - 1 or t.total != base + j * steps:
-                out.append(f"{self.run}/m{j:02d}: {t.count}/{steps} points, {t.disorder} out-of-order chunks, "
-                           f"last step {t.last_step}, sum {t.total} (want {base + j * steps})")
-        return out
+        problems = [t.problem(f"{self.run}/m{j:02d}", self.expected or 0, j) for j, t in enumerate(self.tallies)]
+        return out + [p for p in problems if p is not None]
 
 
 def reader_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | None,

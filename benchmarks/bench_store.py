@@ -19,7 +19,7 @@ import msgpack
 import numpy as np
 import sqlite_utils
 
-from _common import environment, median, write_result
+from _common import median, write_result
 from agent.protocol import encode_records
 from agent.store import Store
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     load_ratio = median(rows["load"]) / median(journal["load"])
     print(f"\njournal vs row per point: ingest {ingest_ratio:.1f}x faster, load {load_ratio:.1f}x faster; "
           f"same values bit for bit: {same}")
-    data = {"environment": environment(), "points": points, "batch_records": BATCH, "results": results,
+    data = {"points": points, "batch_records": BATCH, "results": results,
             "ingest_ratio": ingest_ratio, "load_ratio": load_ratio, "bit_exact": same}
     write_result("bench_store", data)
     return data

@@ -17,10 +17,9 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import agent
-from _common import AgentProcess, closed_port_url, environment, median, percentile, table, write_result
+from _common import AgentProcess, closed_port_url, median, percentile, table, write_result
 from agent.client import Client
 
 CALLS = 200_000
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\npause/resume: client call -> trainer's acknowledgement back, {args.commands} commands\n")
     print(table(["trainer step time", "median ms", "p90 ms"],
                 [[k, f"{v['median_ms']:.1f}", f"{v['p90_ms']:.1f}"] for k, v in latency.items()]))
-    data = {"environment": environment(), "sync_ns": cost, "command_latency": latency}
+    data = {"sync_ns": cost, "command_latency": latency}
     print(f"results: {write_result('bench_sync', data)}")
     return data
 

@@ -76,6 +76,21 @@ class Tally:
     last_step: int = -1
     disorder: int = 0  # chunks whose steps did not strictly continue the previous ones
 
+    def add(self, steps: np.ndarray, vals: np.ndarray) -> None:
+        if steps[0] <= self.last_step or np.any(steps[1:] <= steps[:-1]):
+            self.disorder += 1
+        self.last_step = int(steps[-1])
+        self.count += len(steps)
+        self.total += float(vals.sum())
+
+    def problem(self, label: str, steps: int, j: int) -> str | None:
+        """Unless it holds steps 0..steps-1 once each, valued step + j: what is wrong."""
+        want = steps * (steps - 1) / 2 + j * steps
+        if self.count == steps and not self.disorder and self.last_step == steps - 1 and self.total == want:
+            return None
+        return (f"{label}: {self.count}/{steps} points, {self.disorder} out-of-order chunks, "
+                f"last step {self.last_step}, sum {self.total} (want {want})")
+
 
 @dataclass
 class ReadResult:
@@ -96,12 +111,7 @@ def read_until(url: str, runs: set[str], expected: int) -> ReadResult:
                 if e.run not in runs:
                     continue  # the agent's own host sampling run
                 steps, vals, _ = entry_points(e)
-                tally = result.tallies.setdefault((e.run, e.metric), Tally())
-                if steps[0] <= tally.last_step or np.any(steps[1:] <= steps[:-1]):
-                    tally.disorder += 1
-                tally.last_step = int(steps[-1])
-                tally.count += len(steps)
-                tally.total += float(vals.sum())
+                result.tallies.setdefault((e.run, e.metric), Tally()).add(steps, vals)
                 result.points += len(steps)
                 last_progress = time.monotonic()
             if result.points >= expected or time.monotonic() - last_progress > STALL_SECONDS:
@@ -113,15 +123,9 @@ def read_until(url: str, runs: set[str], expected: int) -> ReadResult:
 
 def check(result: ReadResult, runs: set[str], n_metrics: int, steps: int) -> list[str]:
     """Every (run, metric) holds steps 0..steps-1 once each with the right values; else what is wrong."""
-    problems = []
-    base = steps * (steps - 1) / 2  # sum of step over 0..steps-1; value = step + metric index
-    for run in sorted(runs):
-        for j, name in enumerate(metric_names(n_metrics)):
-            t = result.tallies.get((run, name), Tally())
-            if t.count != steps or t.disorder or t.last_step != steps - 1 or t.total != base + j * steps:
-                problems.append(f"{run}/{name}: {t.count}/{steps} points, {t.disorder} out-of-order chunks, "
-                                f"last step {t.last_step}, sum {t.total} (want {base + j * steps})")
-    return problems
+    problems = [result.tallies.get((run, name), Tally()).problem(f"{run}/{name}", steps, j)
+                for run in sorted(runs) for j, name in enumerate(metric_names(n_metrics))]
+    return [p for p in problems if p is not None]
 
 
 def trial(case: Case, points: int, index: int, profile: bool) -> dict[str, Any]:
