@@ -25,7 +25,7 @@ import zmq.utils.monitor
 
 from .protocol import (DEFAULT_URL, ENTRY_FIELDS, INT64_MAX, KIND_METRIC, KINDS, MAX_MESSAGE_BYTES, ProtocolError,
                        check_url, pack, unpack)
-from .security import Keyring, client_keys, key_hex, secure_client
+from .security import Keyring, SecurityError, client_keys, key_hex, secure_client
 from .store import join_chunks
 
 Entry = namedtuple("Entry", ENTRY_FIELDS)
@@ -37,6 +37,11 @@ class AgentError(RuntimeError):
 
 class AgentUnavailable(AgentError):
     """No answer from the agent within the timeout."""
+
+
+# what a call through a Client can raise short of a bug: the agent's refusal or silence, a
+# garbled answer, keys that are missing or exposed; callers on worker threads catch these
+CALL_ERRORS = (AgentError, ProtocolError, SecurityError)
 
 
 @dataclass

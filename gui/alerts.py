@@ -27,7 +27,8 @@ ALERT_EVENT = "alert"
 KINDS = tuple(RULE_KINDS)
 # What each kind needs, as the rule form asks for it (the agent validates and has the last word).
 KIND_FIELDS = {kind: tuple(fields) for kind, fields in RULE_KINDS.items()}
-RUN_LEVEL = ("stale", "gpu_idle")  # alerts about the run as a whole, marked on all its charts
+# alerts about the run as a whole (kinds without a metric), marked on all its charts
+RUN_LEVEL = tuple(kind for kind, fields in RULE_KINDS.items() if "metric" not in fields)
 INT_FIELDS = ("for_steps", "window")
 FLOAT_FIELDS = ("threshold", "pct", "seconds", "util")
 NOTIFY_GRACE = 30.0  # seconds an alert may predate the app's start (clock skew) and still notify

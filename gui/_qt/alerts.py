@@ -20,9 +20,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QApplication, QCheckBox, QComb
                                QSplitter, QStyle, QSystemTrayIcon, QTableWidget, QTableWidgetItem, QVBoxLayout,
                                QWidget)
 
-from agent.client import AgentError, Client
-from agent.protocol import ProtocolError
-from agent.security import SecurityError
+from agent.client import CALL_ERRORS, Client
 
 from ..alerts import FLOAT_FIELDS, INT_FIELDS, KIND_FIELDS, KINDS, Alert, AlertBook, rule_from_form, rule_text
 from ..models import RunKey
@@ -205,7 +203,7 @@ class AlertsPanel(QWidget):
         try:
             with Client(url, timeout=CALL_TIMEOUT) as client:
                 ok, result = True, fn(client)
-        except (AgentError, ProtocolError, SecurityError) as exc:
+        except CALL_ERRORS as exc:
             ok, result = False, str(exc)
         try:
             self.answered.emit(op, url, what, ok, result)

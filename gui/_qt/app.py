@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QApplication, QFileDialog, QIn
                                QToolBar, QVBoxLayout, QWidget)
 from pyqtgraph.util.garbage_collector import GarbageCollector
 
-from agent.client import AgentError, Client, Entry, entry_body
+from agent.client import CALL_ERRORS, Client, Entry, entry_body
 from agent.protocol import KIND_EVENT
 
 from ..alerts import Alert, AlertBook, Marker, is_alert, place
@@ -68,6 +68,7 @@ class MainWindow(QMainWindow):
         self.health: dict[str, Health] = {}
         self._events_key: RunKey | None = None
         self._dirty = True
+        self._rows_dirty = True
         self._alerts_dirty = True
         self._closed = False
         self._build()
@@ -185,21 +186,28 @@ class MainWindow(QMainWindow):
     # --- data in --------------------------------------------------------------------------
 
     def _on_batch(self, url: str, entries: list[Entry], runs: list[dict] | None) -> None:
+        if self._closed:  # a batch still queued when the window closed: its store is gone
+            return
         if runs is not None:
             self.runs.update_agent(url, runs)
         self.charts.add_entries(url, entries)
         self.system.add_entries(url, entries)
         self.rollouts.add_entries(url, entries)
         self._add_alerts(url, entries)
-        self._schedule()
+        if self._events_key is not None and self._events_key[0] == url and any(
+                e.kind == KIND_EVENT and e.run == self._events_key[1] for e in entries):
+            self._show_events(self._events_key)  # commands, acks, alerts of the shown run appear live
+        self._schedule(rows=runs is not None)
 
     def _on_health(self, health: Health) -> None:
         self.health[health.url] = health
-        self._schedule()
+        self._schedule(rows=False)
 
-    def _schedule(self) -> None:
-        """Many messages, one repaint: the timer coalesces everything of a ~30 ms burst."""
+    def _schedule(self, rows: bool = True) -> None:
+        """Many messages, one repaint: the timer coalesces everything of a ~30 ms burst.  ``rows``:
+        the run list may have changed (resetting and sizing the table is most of a redraw)."""
         self._dirty = True
+        self._rows_dirty = self._rows_dirty or rows
         if not self.redraw.isActive():
             self.redraw.start()
 
@@ -207,14 +215,17 @@ class MainWindow(QMainWindow):
         if not self._dirty or self._closed:
             return
         self._dirty = False
-        selected = self.runs.selected()
         if self._alerts_dirty:
             self._alerts_dirty = False
+            self._rows_dirty = True  # the badges
             self._show_alerts()
-        self.table_model.refresh()
-        self._reselect(selected)
-        self.table.resizeColumnsToContents()
-        self.center.setCurrentWidget(self.tabs if self.links.agents() or self.runs.rows() else self.empty)
+        if self._rows_dirty:
+            self._rows_dirty = False
+            selected = self.runs.selected()
+            self.table_model.refresh()
+            self._reselect(selected)
+            self.table.resizeColumnsToContents()
+            self.center.setCurrentWidget(self.tabs if self.links.agents() or self.runs.rows() else self.empty)
         self.charts.redraw()
         self.status_label.setText("   ".join(_health_text(h) for h in self.health.values()) or "no agents")
 
@@ -286,10 +297,9 @@ class MainWindow(QMainWindow):
         if not changed:
             return
         self._alerts_dirty = True
-        if changed & set(self.charts.keys):
-            self.charts.show_alerts({k: self._markers(k) for k in self.charts.keys})
-        if self._events_key in changed:
-            self._show_events(self._events_key)
+        charted = changed & set(self.charts.keys)
+        if charted:  # only the runs whose alerts changed are marked again
+            self.charts.show_alerts({**self.charts.alert_markers, **{k: self._markers(k) for k in charted}})
 
     def _notify(self, fresh: list[Alert], wait: bool = True) -> None:
         """Notify now about alerts of runs the list knows (a title says more than a run id); an
@@ -361,7 +371,7 @@ class MainWindow(QMainWindow):
         try:
             with Client(agent_url, timeout=5) as client:
                 self.bridge.answered.emit(command, client.command(run_id, command, who={"client": "gui"}))
-        except AgentError as exc:
+        except CALL_ERRORS as exc:
             self.bridge.answered.emit(command, str(exc))
 
     def _on_answer(self, command: str, answer: Any) -> None:

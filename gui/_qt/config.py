@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from agent.client import AgentError, Client
+from agent.client import CALL_ERRORS, Client
 from agent.tuning import parse_assignment
 
 from ..local_store import LocalStore
@@ -123,7 +123,7 @@ class ConfigPanel(QWidget):
             with Client(key[0], timeout=5) as client:
                 answer: Any = client.command(key[1], "set", values={name: value}, wait=SET_WAIT,
                                              who={"client": "gui"})
-        except AgentError as exc:
+        except CALL_ERRORS as exc:
             answer = str(exc)
         try:
             self.answered.emit(key, name, old, answer)
