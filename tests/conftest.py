@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.client import Client
+from agent.client import Client, entry_body
 from agent.launcher import reachable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +115,21 @@ def start_trainer(tmp_path: Path, body: str, url: str, *args: str, name: str = "
     env.pop("PILOTHOUSE_AGENT", None)
     return subprocess.Popen([sys.executable, str(script), url, *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_events(client: Client, run_id: str, *names: str) -> list[dict]:
+    """A run's journal events (status, command, ack, alert...), oldest first; only ``names`` if given."""
+    bodies = [entry_body(e) for page in client.history(run_id, ["e"]) for e in page.entries]
+    return [b for b in bodies if not names or b.get("event") in names]
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``pilothouse ARGS`` as a real subprocess; $PILOTHOUSE_AGENT only when ``env`` sets it."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    if not env or "PILOTHOUSE_AGENT" not in env:
+        full_env.pop("PILOTHOUSE_AGENT", None)
+    return subprocess.run([sys.executable, "-m", "agent", *args], check=False, capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=full_env)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 60) -> str:

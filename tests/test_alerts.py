@@ -8,7 +8,6 @@ pin down there than through a trainer's timing.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -20,8 +19,8 @@ import pytest
 import agent
 from agent.alert_rules import RuleError, check_rule, load_rules
 from agent.alerts import AlertEngine, RunView, sliding_max, window_best
-from agent.client import AgentError, Client, entry_body
-from conftest import ROOT, AgentProcess, finish, free_port, start_trainer, wait_until
+from agent.client import AgentError, Client
+from conftest import ROOT, AgentProcess, finish, free_port, run_cli, run_events, start_trainer, wait_until
 
 # --- the engine ----------------------------------------------------------------------------------
 
@@ -165,7 +164,6 @@ def test_init_refuses_bad_alerts_before_sending_anything(tmp_path):
 HOOK = "import json, sys; open(sys.argv[1], 'w').write(sys.stdin.read())"
 
 NAN_TRAINER = """
-import os
 run = agent.init(project="alerts", name=ARGS[0], agent=URL, heartbeat=0.2,
                  alerts=[{"name": "collapse", "kind": "drop", "metric": "reward", "pct": 30, "window": 20}])
 print(run.id, flush=True)
@@ -212,8 +210,7 @@ def alert_agent(tmp_path):
 
 
 def alert_events(client: Client, run_id: str) -> list[dict]:
-    return [b for p in client.history(run_id, ["e"]) for e in p.entries
-            if (b := entry_body(e)).get("event") in ("alert", "ack", "command", "alert_hook")]
+    return run_events(client, run_id, "alert", "ack", "command", "alert_hook")
 
 
 def test_nan_alerts_pauses_at_that_step_and_runs_the_hook(tmp_path, alert_agent):
@@ -233,8 +230,7 @@ def test_nan_alerts_pauses_at_that_step_and_runs_the_hook(tmp_path, alert_agent)
         assert ack["state"] == "applied" and ack["step"] == 26  # the next step boundary after the NaN
         run = next(r for r in client.runs() if r["id"] == run_id)
         assert run["status"] == "paused" and run["last_step"] == 25 and run["alerts"] == ["nan-loss"]
-        listing = subprocess.run([sys.executable, "-m", "agent", "runs", "--agent", proc.url], capture_output=True,
-                                 text=True, cwd=ROOT, timeout=30).stdout
+        listing = run_cli("runs", "--agent", proc.url).stdout
         assert "ALERTS" in listing and "nan-loss" in listing.splitlines()[1]
 
         wait_until(hook_out.exists, what="the hook's output")
@@ -306,10 +302,8 @@ def test_a_bad_rules_file_edit_is_refused_and_the_old_rules_keep_working(tmp_pat
     path.write_text(good.replace('kind = "stale"', 'kind = "stale"\nsecondz = 3'))
     with proc.client() as client:
         sys_run = next(r["id"] for r in client.runs() if r["kind"] == "system")
-        wait_until(lambda: any(entry_body(e).get("event") == "rules" for p in client.history(sys_run, ["e"])
-                               for e in p.entries), what="the refusal recorded")
-        refusal = next(entry_body(e) for p in client.history(sys_run, ["e"]) for e in p.entries
-                       if entry_body(e).get("event") == "rules")
+        refusal = wait_until(lambda: next(iter(run_events(client, sys_run, "rules")), None),
+                             what="the refusal recorded")
         assert refusal["ok"] is False and "unknown field 'secondz'" in refusal["detail"]
         assert {r["name"] for r in client.alerts()["rules"]} == {"nan-loss", "silent"}
     assert "alert rules not reloaded" in proc.log.read_text()
@@ -333,9 +327,7 @@ def test_an_agent_refuses_to_start_on_a_bad_rules_file(tmp_path):
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "agent", "alerts", "--agent", url, *args], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=30)
+    return run_cli("alerts", "--agent", url, *args)
 
 
 def test_cli_adds_lists_and_removes_rules_and_they_survive_a_restart(tmp_path, agent_proc):

@@ -16,13 +16,8 @@ import pytest
 import agent
 from agent.client import AgentUnavailable, Client
 from agent.protocol import DEFAULT_URL
-from conftest import ROOT, AgentProcess, finish, free_port, start_trainer, wait_until
+from conftest import ROOT, AgentProcess, finish, free_port, run_cli as cli, start_trainer, wait_until
 from test_store import SPECIAL, bits
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
 
 
 @pytest.fixture

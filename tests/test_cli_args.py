@@ -6,7 +6,6 @@ the ``agent`` command and anything whose traceback matters runs as a real ``pyth
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
@@ -19,15 +18,7 @@ import zmq
 
 import agent
 from agent.cli import main
-from conftest import ROOT, AgentProcess, free_port
-
-
-def run_cli(*args: str, env: dict | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    if not env or "PILOTHOUSE_AGENT" not in env:
-        full_env.pop("PILOTHOUSE_AGENT", None)
-    return subprocess.run([sys.executable, "-m", "agent", *args], check=False, capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=full_env)
+from conftest import ROOT, AgentProcess, free_port, run_cli
 
 
 def in_process(capsys, *args: str) -> tuple[int, str, str]:

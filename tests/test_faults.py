@@ -19,9 +19,9 @@ import numpy as np
 import psutil
 import zmq
 
-from agent.client import Client, entry_body, entry_points
+from agent.client import Client, entry_points
 from agent.protocol import ENTRY_FIELDS, KIND_METRIC, pack, unpack
-from conftest import ROOT, finish, start_trainer, wait_until
+from conftest import ROOT, finish, run_events, start_trainer, wait_until
 from gui.local_store import LocalStore
 
 # Logs {"x": s, "y": 2s} at steps 0, 1, 2, ... until the file ARGS[1] exists, then finishes.
@@ -365,8 +365,7 @@ for s in range(10**7):
 def statuses(url: str, run_id: str) -> list[str]:
     """The run's status changes as recorded in the journal's events, oldest first."""
     with Client(url) as c:
-        bodies = [entry_body(e) for p in c.history(run_id, ["e"]) for e in p.entries]
-    return [b["status"] for b in bodies if b.get("event") == "status"]
+        return [b["status"] for b in run_events(c, run_id, "status")]
 
 
 def status_and_step(url: str, run_id: str) -> tuple[str | None, int | None]:

@@ -43,6 +43,7 @@ import agent
 from agent.client import AgentError, Client, Entry, Page
 from agent.protocol import INBOUND, MAX_MESSAGE_BYTES, ProtocolError, decode
 from conftest import AgentProcess, finish, free_port, start_trainer, wait_until
+from test_fuzz import snapshot
 from gui.local_store import LocalStore
 from gui.network import AgentLink
 
@@ -609,15 +610,6 @@ print(json.dumps({"id": run.id, "ok": ok, **run.stats}), flush=True)
 """
 
 
-def agent_snapshot(data: Path, run_id: str) -> list:
-    con = sqlite3.connect(data / "journal.sqlite", timeout=10)
-    try:
-        return [con.execute("SELECT * FROM runs WHERE id=?", [run_id]).fetchall(),
-                con.execute("SELECT * FROM journal WHERE run=? ORDER BY id", [run_id]).fetchall()]
-    finally:
-        con.close()
-
-
 def test_agent_memory_bounded_under_fuzz_and_churn(tmp_path):
     """~35k invalid frames (raw bytes, random msgpack, every message type made invalid) on one
     connection, and 1200 connections that subscribe, send garbage and vanish: the agent's RSS after
@@ -651,7 +643,7 @@ def test_agent_memory_bounded_under_fuzz_and_churn(tmp_path):
         for s in range(100):
             run.log({"loss": 1.0 / (s + 1), "odd": [float("nan"), float("-inf"), -0.0, 5e-324][s % 4]}, step=s)
         assert run.finish(timeout=10)
-        base = agent_snapshot(proc.data, "fuzzbase2")
+        base = snapshot(proc.data, "fuzzbase2")
         ctx = zmq.Context.instance()
         rng = random.Random(20240601)
         sock = ctx.socket(zmq.DEALER)
@@ -721,7 +713,7 @@ def test_agent_memory_bounded_under_fuzz_and_churn(tmp_path):
                 steps, vals, _ = c.series(stats["id"], metric)
                 assert steps.tolist() == list(range(n)), metric
                 assert vals.tobytes() == np.array(want).tobytes(), metric
-        assert agent_snapshot(proc.data, "fuzzbase2") == base, "fuzzing changed the stored run"
+        assert snapshot(proc.data, "fuzzbase2") == base, "fuzzing changed the stored run"
         assert proc.proc.poll() is None
     finally:
         proc.stop()

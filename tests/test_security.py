@@ -22,14 +22,14 @@ import psutil
 import pytest
 import zmq
 
-from agent.client import AgentError, AgentUnavailable, Client, entry_body
+from agent.client import AgentError, AgentUnavailable, Client
 from agent.launcher import reachable
 from agent.protocol import DEFAULT_PORT, DEFAULT_URL, pack, unpack
 from agent.security import CurveListener, Keyring, SecurityError, secure_client, secure_server
 from gui.local_store import LocalStore
 from gui.network import AgentLink
 from test_layering import imported_roots
-from conftest import ROOT, AgentProcess, finish, free_port, start_trainer, wait_until
+from conftest import ROOT, AgentProcess, finish, free_port, run_cli, run_events, start_trainer, wait_until
 
 LOOP = """
 run = agent.init(project="sec", name="guarded", agent=URL, heartbeat=0.2, config={"lr": 0.1})
@@ -44,10 +44,8 @@ run.finish()
 """
 
 
-def cli(*args: str, keys: Path, timeout: float = 30) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PILOTHOUSE_KEYS": str(keys), "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=ROOT)
+def cli(*args: str, keys: Path) -> subprocess.CompletedProcess:
+    return run_cli(*args, env={"PILOTHOUSE_KEYS": str(keys)})
 
 
 def ring_with_keys(path: Path) -> Keyring:
@@ -274,7 +272,7 @@ def test_outsiders_read_nothing_and_apply_nothing(tmp_path, guarded):
         client.runs()
 
     assert commands_stored(proc) == 0
-    events = [entry_body(e) for p in local.history(run_id, ["e"]) for e in p.entries]
+    events = run_events(local, run_id)
     assert not [e for e in events if e.get("event") in ("command", "ack")], events
     run = next(r for r in local.runs() if r["id"] == run_id)
     assert run["status"] == "running" and run["last_step"] > step_before  # never paused
@@ -292,7 +290,7 @@ def test_an_allowed_client_steers_and_the_audit_log_names_its_key(guarded):
         assert client.command(run_id, "resume", wait=10)["state"] == "applied"
     local_answer = local.command(run_id, "pause", wait=10)
     assert local_answer["state"] == "applied" and local.command(run_id, "resume", wait=10)["state"] == "applied"
-    events = [entry_body(e) for p in local.history(run_id, ["e"]) for e in p.entries]
+    events = run_events(local, run_id)
     who = [e["who"] for e in events if e.get("event") == "command"]
     assert who[0] == {"user": "mallory", "host": "x", "client": "cli", "via": "curve",
                       "key": ring.public("client"), "name": "alice@laptop"}  # claims kept, identity not forgeable

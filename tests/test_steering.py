@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
 
-from agent.client import Client, entry_body
-from conftest import ROOT, finish, start_trainer, wait_until
+from agent.client import Client
+from conftest import finish, run_cli as cli, run_events, start_trainer, wait_until
 
 LOOP = """
 import json, os, tempfile
@@ -55,11 +53,6 @@ def trainer(tmp_path, agent_proc):
 
 def _run(client: Client, run_id: str) -> dict:
     return next((r for r in client.runs() if r["id"] == run_id), {"last_step": None, "status": None})
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
 
 
 def test_pause_holds_the_step_and_resume_releases_it(trainer, agent_proc):
@@ -163,7 +156,7 @@ def test_a_retried_command_id_is_applied_once(tmp_path, agent_proc):
         client.command(run_id, "stop", wait=20)
         result = json.loads(finish(proc).splitlines()[-1])
         assert result["changes"] == [{"lr": 2e-4}]
-        events = [entry_body(e) for p in client.history(run_id, ["e"]) for e in p.entries]
+        events = run_events(client, run_id)
         assert sum(1 for e in events if e["event"] == "command" and e["cid"] == "retry-me-1") == 1
         assert sum(1 for e in events if e["event"] == "ack" and e["cid"] == "retry-me-1") == 1
 
@@ -189,6 +182,6 @@ def test_a_checkpoint_saved_unasked_is_recorded_even_right_after_init(agent_proc
     run.checkpoint_saved("/ckpt/eager-7.pt", 7)  # before the agent even heard the hello
     assert run.finish()
     with Client(agent_proc.url) as c:
-        events = [entry_body(e) for p in c.history(run.id, ["e"]) for e in p.entries]
+        events = run_events(c, run.id)
     saved = [e for e in events if e["event"] == "checkpoint"]
     assert len(saved) == 1 and saved[0]["step"] == 7 and saved[0]["applied"] == {"path": "/ckpt/eager-7.pt"}

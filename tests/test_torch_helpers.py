@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import agent
-from agent.client import Client, entry_body
+from agent.client import Client
 from agent.torch import bind_optimizer, save_checkpoint
-from conftest import wait_until
+from conftest import run_events as events, wait_until
 
 
 class Loop:
@@ -77,11 +77,6 @@ def start(agent_proc, name: str, config: dict, **loop_args) -> Loop:
     with agent_proc.client() as c:  # commands name a run the agent knows
         wait_until(lambda: any(r["id"] == run.id for r in c.runs()), what="the run's hello")
     return Loop(run, **loop_args)
-
-
-def events(client: Client, run_id: str, *names: str) -> list[dict]:
-    bodies = [entry_body(e) for page in client.history(run_id, ["e"]) for e in page.entries]
-    return [b for b in bodies if b["event"] in names]
 
 
 def test_bind_applies_config_keeping_group_ratios_and_follows_set(agent_proc):
