@@ -48,6 +48,7 @@ CALL_ERRORS = (AgentError, ProtocolError, SecurityError)
 class Page:
     entries: list[Entry]
     cursor: int
+    journal: str | None = None  # the journal the cursor counts in: an agent on a new one restarts its ids
 
 
 def entry_points(entry: Entry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -267,7 +268,8 @@ class Client:
                     continue  # a malformed page is skipped; its credit is returned all the same
                 fresh = [e for e in page.entries if e.id > cursor]
                 cursor = max(cursor, page.cursor)
-                yield Page(fresh, cursor)
+                journal = msg.get("journal")
+                yield Page(fresh, cursor, journal if isinstance(journal, str) and 0 < len(journal) <= 64 else None)
         finally:
             if self._sock is not None:
                 try:

@@ -79,7 +79,8 @@ class ReaderFeed:
             reader.owed = False
             reader.credit -= 1
             reader.cursor = cursor
-            if not self.send(ident, {"t": "data", "cursor": cursor, "entries": entries}):
+            if not self.send(ident, {"t": "data", "cursor": cursor, "entries": entries,
+                                   "journal": self.store.journal_id}):
                 self.drop(ident)  # gone, or its queue is full: it will subscribe again
 
 

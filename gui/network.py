@@ -110,6 +110,7 @@ class AgentLink:
 
     def _follow(self, store: LocalStore, feed: Client, ask: Client) -> None:
         cursor = store.cursor(self.url)
+        journal: str | None = None  # checked on every page: no entry of a new journal lands under the old one
         heard = started = time.monotonic()
         next_runs = reported = 0.0
         rate: deque[tuple[float, int]] = deque()
@@ -118,6 +119,13 @@ class AgentLink:
             while not self._stop.is_set():
                 page = next(pages)
                 now = time.monotonic()
+                if page.journal is not None and page.journal != journal:
+                    journal = page.journal
+                    if store.adopt_journal(self.url, journal):  # wiped and restarted: follow it from its start
+                        pages.close()
+                        cursor = 0
+                        pages = feed.follow(after=0, idle=self.poll)
+                        continue
                 if page.entries or page.cursor > cursor:
                     store.write_page(self.url, page.entries, page.cursor)
                     cursor = page.cursor
@@ -127,11 +135,6 @@ class AgentLink:
                     self._note_behind(page.entries)
                 runs = None
                 if now >= next_runs and not self._stop.is_set():
-                    if self._journal_replaced(ask, store):
-                        pages.close()
-                        cursor = 0
-                        pages = feed.follow(after=0, idle=self.poll)
-                        continue
                     runs, heard = self._refresh_runs(ask, store, heard)
                     next_runs = time.monotonic() + self.runs_every
                 while rate and rate[0][0] < now - RATE_WINDOW:
@@ -144,14 +147,6 @@ class AgentLink:
                     self.on_health(self.health())
         finally:
             pages.close()
-
-    def _journal_replaced(self, ask: Client, store: LocalStore) -> bool:
-        """An agent restarted on a new data dir numbers entries from 1 again: start over."""
-        try:
-            journal = ask.ping().get("journal")
-        except (AgentError, ProtocolError):
-            return False
-        return bool(journal) and store.adopt_journal(self.url, journal)
 
     def _refresh_runs(self, ask: Client, store: LocalStore, heard: float) -> tuple[list[dict] | None, float]:
         sent = time.monotonic()
