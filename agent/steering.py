@@ -73,12 +73,14 @@ class Helm:
         changes: dict[str, Any] = {}
         for cmd in commands:
             kind, cid = cmd["cmd"], cmd["cid"]
+            # the state changes before the ack goes out: a heartbeat sent between the two (from the
+            # outbox thread) must not report the old state after the ack and undo it at the agent
             if kind == "pause":
-                self.ack(cid, kind, "applied", step, f"paused at step {step}" if not self.paused else "already paused")
-                self.paused = True
+                was, self.paused = self.paused, True
+                self.ack(cid, kind, "applied", step, f"paused at step {step}" if not was else "already paused")
             elif kind == "resume":
-                self.ack(cid, kind, "applied", step, f"resumed at step {step}" if self.paused else "was not paused")
-                self.paused = False
+                was, self.paused = self.paused, False
+                self.ack(cid, kind, "applied", step, f"resumed at step {step}" if was else "was not paused")
             elif kind == "stop":
                 stop = True
                 self.paused = False  # a paused run must get out of sync() to stop
