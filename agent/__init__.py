@@ -5,7 +5,7 @@
 
 __version__ = "0.1.0"
 
-from .run import Run, init  # noqa: E402  (after __version__, which the agent reports)
+from agent.trainer.run import Run, init  # noqa: E402  (after __version__, which the agent reports)
 
 __all__ = ["Run", "init", "__version__"]
 

@@ -13,22 +13,17 @@ import itertools
 import socket
 import time
 import uuid
-from collections import namedtuple
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 import numpy as np
 import zmq
 import zmq.utils.monitor
 
-from .protocol import (DEFAULT_URL, ENTRY_FIELDS, INT64_MAX, KIND_METRIC, KINDS, MAX_MESSAGE_BYTES, ProtocolError,
-                       check_url, pack, unpack)
-from .security import Keyring, SecurityError, client_keys, key_hex, secure_client
-from .store import join_chunks
-
-Entry = namedtuple("Entry", ENTRY_FIELDS)
+from agent.security import Keyring, SecurityError, client_keys, key_hex, secure_client
+from agent.wire.entries import KIND_METRIC, Page, check_page, join_chunks
+from agent.wire.messages import MAX_MESSAGE_BYTES, ProtocolError, pack, unpack
+from agent.wire.urls import DEFAULT_URL, check_url
 
 
 class AgentError(RuntimeError):
@@ -42,22 +37,6 @@ class AgentUnavailable(AgentError):
 # what a call through a Client can raise short of a bug: the agent's refusal or silence, a
 # garbled answer, keys that are missing or exposed; callers on worker threads catch these
 CALL_ERRORS = (AgentError, ProtocolError, SecurityError)
-
-
-@dataclass
-class Page:
-    entries: list[Entry]
-    cursor: int
-    journal: str | None = None  # the journal the cursor counts in: an agent on a new one restarts its ids
-
-
-def entry_points(entry: Entry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(steps, values, wall_times) of a metric chunk."""
-    return join_chunks([(entry.steps, entry.vals, entry.times)])
-
-
-def entry_body(entry: Entry) -> Any:
-    return None if entry.body is None else msgpack.unpackb(entry.body, raw=False)
 
 
 class Client:
@@ -176,7 +155,7 @@ class Client:
         data = self.request("read", **args)
         if not isinstance(data, dict):
             raise ProtocolError("the agent's read answer is malformed")
-        return _page(data.get("entries"), data.get("cursor"))
+        return check_page(data.get("entries"), data.get("cursor"))
 
     def history(self, run: str | None = None, kinds: Iterable[str] | None = None,
                 after: int = 0) -> Iterator[Page]:
@@ -263,7 +242,7 @@ class Client:
                 last_heard = time.monotonic()
                 self._socket().send(pack({"t": "credit", "n": 1}), zmq.NOBLOCK)
                 try:
-                    page = _page(msg.get("entries"), msg.get("cursor"))
+                    page = check_page(msg.get("entries"), msg.get("cursor"))
                 except ProtocolError:
                     continue  # a malformed page is skipped; its credit is returned all the same
                 fresh = [e for e in page.entries if e.id > cursor]
@@ -278,30 +257,19 @@ class Client:
                     pass
 
 
-def _page(entries: Any, cursor: Any) -> Page:
-    """Entries as the protocol defines them, or ProtocolError: nothing malformed reaches the caller."""
-    if type(cursor) is not int or not 0 <= cursor <= INT64_MAX or not isinstance(entries, list):
-        raise ProtocolError("a page needs a cursor in [0, 2**63) and a list of entries")
-    out = []
-    for e in entries:
-        if not isinstance(e, list) or len(e) != len(ENTRY_FIELDS):
-            raise ProtocolError("a journal entry has the wrong shape")
-        entry = Entry(*e)
-        sized = (entry.steps, entry.vals, entry.times)
-        if not (type(entry.id) is int and 0 < entry.id <= cursor and isinstance(entry.run, str)
-                and entry.kind in KINDS and isinstance(entry.metric, (str, type(None)))
-                and all(type(v) is int and 0 <= v <= INT64_MAX for v in (entry.rank, entry.n))
-                and isinstance(entry.body, (bytes, type(None)))
-                and (all(isinstance(b, bytes) and len(b) == 8 * entry.n for b in sized) if entry.kind == KIND_METRIC
-                     else all(b is None for b in sized))):
-            raise ProtocolError(f"malformed journal entry {str(e)[:120]}")
-        out.append(entry)
-    return Page(out, cursor)
-
-
 def _decode(frame: bytes) -> dict:
     try:
         msg = unpack(frame)
     except ProtocolError:
         return {}
     return msg if isinstance(msg, dict) else {}
+
+
+def reachable(url: str, timeout: float = 0.3) -> bool:
+    """Whether an agent answers at ``url`` within ``timeout`` seconds."""
+    with Client(url, timeout=timeout) as client:
+        try:
+            client.ping()
+            return True
+        except AgentUnavailable:
+            return False

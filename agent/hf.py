@@ -9,11 +9,16 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers import (
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .run import Run
-from .torch import bind_optimizer
+from agent.torch import bind_optimizer
+from agent.trainer.run import Run
 
 
 class PilothouseCallback(TrainerCallback):

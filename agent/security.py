@@ -31,7 +31,7 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import z85
 
-from .protocol import check_url, is_loopback
+from agent.wire.urls import check_url, is_loopback
 
 log = logging.getLogger("pilothouse.security")
 

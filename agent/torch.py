@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from .run import Run
+    from agent.trainer.run import Run
 
 # Config names that mean a param_group key: TrainingArguments calls the learning rate this.
 _ALIASES = {"learning_rate": "lr"}

@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from agent.launcher import reachable
+from agent.client import reachable
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"

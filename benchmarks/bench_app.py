@@ -26,9 +26,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="pilothouse-bench-config-")
 
 import numpy as np  # noqa: E402
+from _common import AgentProcess, median, percentile, table, write_result  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from _common import AgentProcess, median, percentile, table, write_result  # noqa: E402
 from gui._qt.app import MainWindow  # noqa: E402
 from gui._qt.charts import ChartsPanel  # noqa: E402
 from gui.local_store import LocalStore  # noqa: E402

@@ -30,9 +30,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np  # noqa: E402
 import pyqtgraph as pg  # noqa: E402
+from _common import median, percentile, table, write_result  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
-from _common import median, percentile, table, write_result  # noqa: E402
 from gui._qt.chart import ChartWidget, color_for  # noqa: E402
 
 WARMUP = 3

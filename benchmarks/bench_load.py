@@ -31,14 +31,13 @@ from typing import Any
 
 import numpy as np
 import psutil
-
-import agent
-from agent.client import Client, entry_points
-from agent.launcher import reachable
-from agent.security import Keyring
-
 from _common import ROOT, free_port, median, percentile, table, write_result
 from bench_throughput import Tally
+
+import agent
+from agent.client import Client, reachable
+from agent.security import Keyring
+from agent.wire.entries import entry_points
 
 STALL_SECONDS = 60.0  # a reader gives up on an agent (and reports loss) after this long without a new point
 READY_SECONDS = 120.0  # for 32 agents + their trainers and readers to start on a busy 2-core machine

@@ -28,11 +28,10 @@ from typing import Any, Protocol
 
 import msgpack
 import zmq
+from _common import AgentProcess, closed_port_url, free_port, median, percentile, table, write_result
 
 import agent
 from agent.client import Client
-
-from _common import AgentProcess, closed_port_url, free_port, median, percentile, table, write_result
 
 METRICS = ["loss", "lr", "grad_norm", "param_norm", "tokens_per_s", "accuracy", "kl", "entropy",
            "reward_mean", "reward_std"]

@@ -18,10 +18,10 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import sqlite_utils
-
 from _common import median, write_result
-from agent.protocol import encode_records
-from agent.store import Store
+
+from agent.node.journal import Store
+from agent.wire.records import encode_records
 
 METRICS = [f"layer{i:02d}/grad_norm" for i in range(100)]
 BATCH = 1000  # records per trainer batch, as the outbox sends under load

@@ -18,8 +18,9 @@ import sys
 import textwrap
 import time
 
-import agent
 from _common import AgentProcess, closed_port_url, median, percentile, table, write_result
+
+import agent
 from agent.client import Client
 
 CALLS = 200_000

@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from _common import RESULTS, AgentProcess, median, table, write_result
 
 import agent
-from agent.client import Client, entry_points
-
-from _common import RESULTS, AgentProcess, median, table, write_result
+from agent.client import Client
+from agent.wire.entries import entry_points
 
 TARGET = 1_000_000  # points/s per agent (the target; stretch 5M)
 STALL_SECONDS = 60.0  # the reader gives up (and reports loss) after this long without a new point

@@ -6,8 +6,8 @@ import argparse
 import os
 import sys
 
-from agent.cli import url_arg
 from agent.security import ENV_KEYS, SecurityError, client_keys
+from agent.text import url_arg
 
 
 def main(argv: list[str] | None = None) -> int:

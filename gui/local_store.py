@@ -25,8 +25,8 @@ import numpy as np
 import platformdirs
 import sqlite_utils
 
-from agent.protocol import INT64_MAX, KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS
-from agent.store import join_chunks
+from agent.wire.checks import INT64_MAX
+from agent.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks
 
 ENV_APP_DATA = "PILOTHOUSE_APP_DATA"  # a folder; the store is store.sqlite inside it
 STORE_FILE = "store.sqlite"

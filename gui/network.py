@@ -31,9 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.client import AgentError, Client, Entry
+from agent.client import AgentError, Client
 from agent.security import SecurityError
-from agent.protocol import KIND_METRIC, ProtocolError, check_url
+from agent.wire.entries import KIND_METRIC, Entry
+from agent.wire.messages import ProtocolError
+from agent.wire.urls import check_url
 
 from .local_store import LocalStore
 

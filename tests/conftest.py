@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.client import Client, entry_body
-from agent.launcher import reachable
+from agent.client import Client, reachable
+from agent.wire.entries import entry_body
 
 ROOT = Path(__file__).resolve().parent.parent
 

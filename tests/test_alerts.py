@@ -15,12 +15,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import (
+    ROOT,
+    AgentProcess,
+    finish,
+    free_port,
+    run_cli,
+    run_events,
+    start_trainer,
+    wait_until,
+)
 
 import agent
-from agent.alert_rules import RuleError, check_rule, load_rules
-from agent.alerts import AlertEngine, RunView, sliding_max, window_best
 from agent.client import AgentError, Client
-from conftest import ROOT, AgentProcess, finish, free_port, run_cli, run_events, start_trainer, wait_until
+from agent.node.alert_engine import AlertEngine, RunView, sliding_max, window_best
+from agent.wire.alert_rules import RuleError, check_rule, load_rules
 
 # --- the engine ----------------------------------------------------------------------------------
 
@@ -366,7 +375,7 @@ def test_bad_alert_commands_get_a_clear_error_and_change_nothing(agent_proc, arg
 def test_bad_alerts_in_a_hello_are_refused_and_no_run_is_made(agent_proc):
     import zmq
 
-    from agent.protocol import pack, unpack
+    from agent.wire.messages import pack, unpack
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
@@ -401,9 +410,10 @@ def test_an_idle_gpu_under_a_running_job_fires_on_that_job(tmp_path):
     """The real agent loop and sampler; only NVML is faked, reporting a GPU stuck at 3 %."""
     import threading
 
-    from agent.sampler import SystemSampler
-    from agent.server import Agent
     from test_sampler import fake_nvml
+
+    from agent.node.sampler import SystemSampler
+    from agent.node.server import Agent
 
     nvml = fake_nvml(1)
     nvml.nvmlDeviceGetUtilizationRates = lambda h: type("U", (), {"gpu": 3, "memory": 0})()
@@ -439,7 +449,7 @@ def test_an_idle_gpu_under_a_running_job_fires_on_that_job(tmp_path):
 
 
 def test_a_hook_that_hangs_is_killed_at_its_timeout_and_a_missing_one_is_reported():
-    from agent.hooks import run_hook
+    from agent.node.hooks import run_hook
 
     started = time.monotonic()
     result = run_hook("r1", "slow", ("sh", "-c", "sleep 30 & sleep 30"), "{}", 0.5)

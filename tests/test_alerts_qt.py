@@ -18,11 +18,12 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from conftest import AgentProcess, finish, free_port, start_trainer  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QSystemTrayIcon  # noqa: E402
 
-from agent.client import Client, Entry  # noqa: E402
-from conftest import AgentProcess, finish, free_port, start_trainer  # noqa: E402
+from agent.client import Client
+from agent.wire.entries import Entry  # noqa: E402
 from gui._qt.alerts import RuleDialog  # noqa: E402
 from gui._qt.app import MainWindow  # noqa: E402
 from gui._qt.runs_table import COLUMNS  # noqa: E402

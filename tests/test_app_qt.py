@@ -13,8 +13,9 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from agent.client import Client  # noqa: E402
 from conftest import finish, start_trainer  # noqa: E402
+
+from agent.client import Client  # noqa: E402
 from gui._qt.app import EMPTY, MainWindow  # noqa: E402
 
 TRAINER = """

@@ -20,12 +20,12 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
+from conftest import AgentProcess, encode_dict_records, free_port, wait_until
 from zmq.utils.monitor import recv_monitor_message
 
 import agent
-from agent.protocol import MAX_MESSAGE_BYTES
-from agent.run import Run
-from conftest import AgentProcess, encode_dict_records, free_port, wait_until
+from agent.trainer.run import Run
+from agent.wire.messages import MAX_MESSAGE_BYTES
 
 torch = pytest.importorskip("torch")
 

@@ -12,12 +12,13 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT, AgentProcess, finish, free_port, start_trainer, wait_until
+from conftest import run_cli as cli
+from test_store import SPECIAL, bits
 
 import agent
 from agent.client import AgentUnavailable, Client
-from agent.protocol import DEFAULT_URL
-from conftest import ROOT, AgentProcess, finish, free_port, run_cli as cli, start_trainer, wait_until
-from test_store import SPECIAL, bits
+from agent.wire.urls import DEFAULT_URL
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ import time
 import msgpack
 import pytest
 import zmq
+from conftest import ROOT, AgentProcess, free_port, run_cli
 
 import agent
 from agent.cli import main
-from conftest import ROOT, AgentProcess, free_port, run_cli
 
 
 def in_process(capsys, *args: str) -> tuple[int, str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import ROOT, finish, wait_until
 
 from agent.client import Client
-from agent.protocol import KIND_ROLLOUTS
+from agent.wire.entries import KIND_ROLLOUTS
 
 
 def start_grpo(tmp_path: Path, url: str, *args: str) -> tuple[subprocess.Popen, str]:

@@ -8,10 +8,11 @@ import threading
 import time
 
 import numpy as np
+from conftest import AgentProcess, finish, free_port, start_trainer, wait_until
 
 import agent
-from agent.client import Client, entry_points
-from conftest import AgentProcess, finish, free_port, start_trainer, wait_until
+from agent.client import Client
+from agent.wire.entries import entry_points
 
 TRAINER = """
 run = agent.init(project="dur", name=ARGS[0], agent=URL, heartbeat=0.2)
@@ -158,7 +159,7 @@ def test_rollouts_keep_every_step(tmp_path, agent_proc):
     assert run.finish()
     with agent_proc.client() as c:
         entries = [e for p in c.history(run.id, ["r"]) for e in p.entries]
-    from agent.client import entry_body
+    from agent.wire.entries import entry_body
     bodies = [entry_body(e) for e in entries]
     assert [b["step"] for b in bodies] == [0, 1, 2, 3, 4]
     assert bodies[3]["rows"][0] == {"prompt": "3+1=", "completion": "4", "reward": 1.0}

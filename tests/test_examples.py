@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
 
 from agent.client import Client
-from conftest import ROOT
 
 pytest.importorskip("torch")
 

@@ -15,7 +15,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtGui import QImage
 
-from agent.client import Entry
+from agent.wire.entries import Entry
 from gui._qt.chart import ChartWidget
 from gui._qt.export import export_chart_png, export_run_csv
 from gui.local_store import LocalStore

@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 import zmq
-
-from agent.client import Client, entry_points
-from agent.protocol import ENTRY_FIELDS, KIND_METRIC, pack, unpack
 from conftest import ROOT, finish, run_events, start_trainer, wait_until
+
+from agent.client import Client
+from agent.wire.entries import ENTRY_FIELDS, KIND_METRIC, entry_points
+from agent.wire.messages import pack, unpack
 from gui.local_store import LocalStore
 
 # Logs {"x": s, "y": 2s} at steps 0, 1, 2, ... until the file ARGS[1] exists, then finishes.

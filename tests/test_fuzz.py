@@ -25,12 +25,19 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
+from conftest import (
+    AgentProcess,
+    encode_dict_records,
+    finish,
+    free_port,
+    start_trainer,
+    wait_until,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agent
-from agent.protocol import INBOUND, ProtocolError, decode
-from conftest import AgentProcess, encode_dict_records, finish, free_port, start_trainer, wait_until
+from agent.wire.messages import INBOUND, ProtocolError, decode
 
 INT64 = st.integers(-(2 ** 63), 2 ** 64 - 1)  # all msgpack can carry
 BASE_RUN = "fuzzbase1"

@@ -36,14 +36,15 @@ import numpy as np
 import psutil
 import pytest
 import zmq
+from conftest import AgentProcess, finish, free_port, start_trainer, wait_until
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from test_fuzz import snapshot
 
 import agent
-from agent.client import AgentError, Client, Entry, Page
-from agent.protocol import INBOUND, MAX_MESSAGE_BYTES, ProtocolError, decode
-from conftest import AgentProcess, finish, free_port, start_trainer, wait_until
-from test_fuzz import snapshot
+from agent.client import AgentError, Client
+from agent.wire.entries import Entry, Page
+from agent.wire.messages import INBOUND, MAX_MESSAGE_BYTES, ProtocolError, decode
 from gui.local_store import LocalStore
 from gui.network import AgentLink
 

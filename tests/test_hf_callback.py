@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
-
 from conftest import finish, start_trainer, wait_until
+from packaging.version import Version
 
 transformers = pytest.importorskip("transformers")
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 QT = {"PySide6", "PyQt5", "PyQt6", "pyqtgraph", "shiboken6"}
@@ -39,7 +38,7 @@ def test_only_the_qt_layer_imports_qt(package):
 
 
 def test_import_agent_is_cheap_and_pulls_in_no_qt_or_torch():
-    code = ("import sys, agent, agent.client, agent.server, agent.cli\n"
+    code = ("import sys, agent, agent.client, agent.node.server, agent.cli\n"
             "bad = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'PySide6', 'pyqtgraph', 'gui'})\n"
             "print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

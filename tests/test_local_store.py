@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgpack
 import numpy as np
 
-from agent.client import Entry
+from agent.wire.entries import Entry
 from gui.local_store import ENV_APP_DATA, STORE_FILE, LocalStore, default_path
 
 A, B = "tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002"

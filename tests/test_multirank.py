@@ -10,9 +10,9 @@ import sys
 import time
 
 import pytest
+from conftest import ROOT, wait_until
 
 from agent.client import Client
-from conftest import ROOT, wait_until
 
 torch = pytest.importorskip("torch")
 

@@ -7,8 +7,8 @@ import threading
 import time
 
 import numpy as np
-
 from conftest import finish, free_port, start_trainer, wait_until
+
 from gui.local_store import LocalStore
 from gui.network import AgentLink, Links
 

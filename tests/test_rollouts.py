@@ -7,7 +7,7 @@ import math
 import msgpack
 import pytest
 
-from agent.client import Entry
+from agent.wire.entries import Entry
 from gui.local_store import LocalStore
 from gui.rollouts import Query, RolloutIndex, pair, reward
 

@@ -12,7 +12,7 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from agent.client import Client
-from agent.protocol import KIND_ROLLOUTS
+from agent.wire.entries import KIND_ROLLOUTS
 from gui._qt.rollouts import CELL_CHARS, RolloutsPanel
 from gui.local_store import LocalStore
 

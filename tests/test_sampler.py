@@ -11,9 +11,9 @@ import logging
 import types
 
 import pytest
-
-from agent.sampler import SystemSampler
 from conftest import wait_until
+
+from agent.node.sampler import SystemSampler
 
 
 def test_real_nvml_on_a_node_without_gpu_is_a_normal_state(caplog):

@@ -21,15 +21,30 @@ from pathlib import Path
 import psutil
 import pytest
 import zmq
+from conftest import (
+    ROOT,
+    AgentProcess,
+    finish,
+    free_port,
+    run_cli,
+    run_events,
+    start_trainer,
+    wait_until,
+)
+from test_layering import imported_roots
 
-from agent.client import AgentError, AgentUnavailable, Client
-from agent.launcher import reachable
-from agent.protocol import DEFAULT_PORT, DEFAULT_URL, pack, unpack
-from agent.security import CurveListener, Keyring, SecurityError, secure_client, secure_server
+from agent.client import AgentError, AgentUnavailable, Client, reachable
+from agent.security import (
+    CurveListener,
+    Keyring,
+    SecurityError,
+    secure_client,
+    secure_server,
+)
+from agent.wire.messages import pack, unpack
+from agent.wire.urls import DEFAULT_PORT, DEFAULT_URL
 from gui.local_store import LocalStore
 from gui.network import AgentLink
-from test_layering import imported_roots
-from conftest import ROOT, AgentProcess, finish, free_port, run_cli, run_events, start_trainer, wait_until
 
 LOOP = """
 run = agent.init(project="sec", name="guarded", agent=URL, heartbeat=0.2, config={"lr": 0.1})
@@ -408,7 +423,8 @@ def test_the_apps_link_follows_over_curve_and_reports_a_refused_key(tmp_path, gu
 # --- the wire cannot reach code or files ---------------------------------------------------------------
 
 UNSAFE_MODULES = {"pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle", "yaml", "jsonpickle"}
-WIRE_MODULES = ["server.py", "commands.py", "readers.py", "protocol.py", "store.py", "security.py"]
+WIRE_MODULES = ["node/server.py", "node/command_desk.py", "node/feed.py", "node/journal.py",
+                "security.py", *(f"wire/{p.name}" for p in sorted((ROOT / "agent" / "wire").glob("*.py")))]
 
 
 def calls(path: Path) -> list[ast.Call]:
@@ -436,9 +452,9 @@ def test_wire_handling_code_builds_no_file_paths():
     touching = {"open", "unlink", "remove", "rmtree", "mkdir", "rename", "replace", "write_text", "write_bytes"}
     found = [(name, n.lineno, call_name(n)) for name in WIRE_MODULES for n in calls(ROOT / "agent" / name)
              if call_name(n) in touching]
-    # security.py writes the keyring's own files (CLI only); store.py creates the journal's directory
+    # security.py writes the keyring's own files (CLI only); the journal creates its directory
     allowed = {("security.py", "mkdir"), ("security.py", "open"), ("security.py", "unlink"),
-               ("security.py", "replace"), ("store.py", "mkdir")}
+               ("security.py", "replace"), ("node/journal.py", "mkdir")}
     assert [f for f in found if (f[0], f[2]) not in allowed] == []
 
 

@@ -6,9 +6,10 @@ import json
 import time
 
 import pytest
+from conftest import finish, run_events, start_trainer, wait_until
+from conftest import run_cli as cli
 
 from agent.client import Client
-from conftest import finish, run_cli as cli, run_events, start_trainer, wait_until
 
 LOOP = """
 import json, os, tempfile

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import run_events as events
+from conftest import wait_until
 
 import agent
 from agent.client import Client
 from agent.torch import bind_optimizer, save_checkpoint
-from conftest import run_events as events, wait_until
 
 
 class Loop:

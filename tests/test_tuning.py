@@ -8,7 +8,7 @@ import pytest
 
 import agent
 from agent.client import AgentError, Client
-from agent.tuning import build_schema, parse_assignment, validate_changes
+from agent.wire.tuning import build_schema, parse_assignment, validate_changes
 
 CONFIG = {"lr": 1e-5, "kl_coef": 0.05, "group_size": 8, "use_kl": True, "mode": "grpo", "layers": [1, 2]}
 

@@ -10,8 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..client import AgentUnavailable, Client
-from ..launcher import reachable
+from agent.client import AgentUnavailable, Client, reachable
 
 
 def _free_url() -> str:

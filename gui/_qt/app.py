@@ -12,15 +12,30 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pyqtgraph.util.garbage_collector import GarbageCollector
 from PySide6.QtCore import QItemSelectionModel, QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QAbstractItemView, QApplication, QFileDialog, QInputDialog, QLabel, QLineEdit, QMainWindow,
-                               QMessageBox, QPlainTextEdit, QSplitter, QStackedWidget, QTableView, QTabWidget,
-                               QToolBar, QVBoxLayout, QWidget)
-from pyqtgraph.util.garbage_collector import GarbageCollector
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QApplication,
+    QFileDialog,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QMessageBox,
+    QPlainTextEdit,
+    QSplitter,
+    QStackedWidget,
+    QTableView,
+    QTabWidget,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
 
-from agent.client import CALL_ERRORS, Client, Entry, entry_body
-from agent.protocol import KIND_EVENT
+from agent.client import CALL_ERRORS, Client
+from agent.wire.entries import KIND_EVENT, Entry, entry_body
 
 from ..alerts import Alert, AlertBook, Marker, is_alert, place
 from ..local_store import LocalStore
@@ -263,7 +278,9 @@ class MainWindow(QMainWindow):
         if key is None:
             self.events.setPlainText("")
             return
-        from agent.cli import event_line  # plain text formatting shared with `pilothouse events`
+        from agent.text import (
+            event_line,  # plain text formatting shared with `pilothouse events`
+        )
 
         self.events.setPlainText("\n".join(event_line(e) for e in self.store.events(*key)))
 

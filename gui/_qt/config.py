@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from agent.client import CALL_ERRORS, Client
-from agent.tuning import parse_assignment
+from agent.wire.tuning import parse_assignment
 
 from ..local_store import LocalStore
 from ..models import RunKey, config_diff, flatten

@@ -29,8 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from agent.client import Entry, entry_body
-from agent.protocol import KIND_ROLLOUTS
+from agent.wire.entries import KIND_ROLLOUTS, Entry, entry_body
 
 from ..local_store import LocalStore
 from ..models import RunKey

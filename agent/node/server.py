@@ -23,16 +23,24 @@ from typing import Any, Callable, Iterator
 import psutil
 import zmq
 
-from . import __version__
-from .protocol import (MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, SYSTEM_RUN_PREFIX, ProtocolError, check_int,
-                       check_url, decode, is_loopback, pack, query_arg)
-from .alert_desk import AlertDesk
-from .alert_rules import load_rules
-from .commands import CommandDesk
-from .readers import ReaderFeed, kinds
-from .sampler import SystemSampler
-from .security import CurveListener, Keyring, key_hex
-from .store import Store
+from agent import __version__
+from agent.node.alert_desk import AlertDesk
+from agent.node.command_desk import CommandDesk
+from agent.node.feed import ReaderFeed
+from agent.node.journal import Store
+from agent.node.sampler import SystemSampler
+from agent.security import CurveListener, Keyring, key_hex
+from agent.wire.alert_rules import load_rules
+from agent.wire.checks import SYSTEM_RUN_PREFIX, check_int, query_arg
+from agent.wire.entries import check_kinds
+from agent.wire.messages import (
+    MAX_MESSAGE_BYTES,
+    MAX_PAGE_POINTS,
+    ProtocolError,
+    decode,
+    pack,
+)
+from agent.wire.urls import check_url, is_loopback
 
 log = logging.getLogger("pilothouse.agent")
 
@@ -491,7 +499,7 @@ class Agent(CommandDesk, AlertDesk):
         if run is not None and not isinstance(run, str):
             raise TypeError("run must be a string")
         limit = min(query_arg(args, "limit_points", int, MAX_PAGE_POINTS), MAX_PAGE_POINTS)
-        entries, cursor = self.store.read(after, run=run, kinds=kinds(args.get("kinds")), limit_points=limit)
+        entries, cursor = self.store.read(after, run=run, kinds=check_kinds(args.get("kinds")), limit_points=limit)
         return {"entries": entries, "cursor": cursor}
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from .protocol import COMMANDS, check_command_id, check_int, query_arg
-from .tuning import validate_changes
+from agent.wire.checks import check_command_id, check_int, query_arg
+from agent.wire.messages import COMMANDS
+from agent.wire.tuning import validate_changes
 
 if TYPE_CHECKING:
-    from .server import Liveness
-    from .store import Store
+    from agent.node.journal import Store
+    from agent.node.server import Liveness
 
 
 class CommandDesk:

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import numpy as np
 
-from .alert_rules import Rule, RuleError, check_rule, check_rules, load_rules
-from .alerts import Alert, AlertEngine, RunView
-from .hooks import HookRunner
-from .protocol import KIND_METRIC
+from agent.node.alert_engine import Alert, AlertEngine, RunView
+from agent.node.hooks import HookRunner
+from agent.wire.alert_rules import Rule, RuleError, check_rule, check_rules, load_rules
+from agent.wire.entries import KIND_METRIC
 
 if TYPE_CHECKING:
-    from .server import Liveness
-    from .store import Store
+    from agent.node.journal import Store
+    from agent.node.server import Liveness
 
 log = logging.getLogger("pilothouse.alerts")
 

@@ -3,31 +3,14 @@
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import platformdirs
+from agent.client import reachable
+from agent.paths import default_data_dir
 
 log = logging.getLogger("pilothouse")
-
-ENV_DATA = "PILOTHOUSE_DATA"
-
-
-def default_data_dir() -> Path:
-    return Path(os.environ.get(ENV_DATA) or platformdirs.user_data_dir("pilothouse")) / "agent"
-
-
-def reachable(url: str, timeout: float = 0.3) -> bool:
-    from .client import AgentUnavailable, Client
-
-    with Client(url, timeout=timeout) as client:
-        try:
-            client.ping()
-            return True
-        except AgentUnavailable:
-            return False
 
 
 def ensure_local_agent(url: str, data_dir: Path | None = None) -> None:

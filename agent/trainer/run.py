@@ -7,8 +7,8 @@ time and appends to a deque; everything else happens on the outbox thread.
 from __future__ import annotations
 
 import atexit
-import math
 import logging
+import math
 import os
 import secrets
 import socket
@@ -21,15 +21,21 @@ from typing import Any
 
 import psutil
 
-from . import launcher
-from .alert_rules import check_rules
-from .collective import Broadcaster, process_group
-from .outbox import Outbox
-from .protocol import (DEFAULT_URL, ENV_AGENT, INT64_MAX, REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS,
-                       check_config, check_int, check_name, check_run_id, check_url)
-from .steering import NOTHING, Control, Helm
-from .store import check_rollouts
-from .tuning import build_schema
+from agent.trainer import launcher
+from agent.trainer.collective import Broadcaster, process_group
+from agent.trainer.helm import NOTHING, Control, Helm
+from agent.trainer.outbox import Outbox
+from agent.wire.alert_rules import check_rules
+from agent.wire.checks import (
+    INT64_MAX,
+    check_config,
+    check_int,
+    check_name,
+    check_run_id,
+)
+from agent.wire.records import REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS, check_rollouts
+from agent.wire.tuning import build_schema
+from agent.wire.urls import DEFAULT_URL, ENV_AGENT, check_url
 
 log = logging.getLogger("pilothouse")
 
@@ -47,7 +53,7 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
     """Start a run.  ``agent=None``: $PILOTHOUSE_AGENT, else the local agent (started if absent).
 
     ``alerts``: rules the agent watches for this run only, e.g. ``[{"name": "nan-loss",
-    "kind": "nonfinite", "metric": "loss", "pause": True}]`` (fields: see ``agent.alert_rules``);
+    "kind": "nonfinite", "metric": "loss", "pause": True}]`` (fields: see ``agent.wire.alert_rules``);
     a bad rule raises here, before anything is sent.
 
     In a torch.distributed job every rank calls this with the same arguments (it is a

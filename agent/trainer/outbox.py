@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import msgpack
 import zmq
 
-from .protocol import REC_METRICS, ProtocolError, encode_records, pack, unpack
-from .steering import Helm
+from agent.trainer.helm import Helm
+from agent.wire.messages import ProtocolError, pack, unpack
+from agent.wire.records import REC_METRICS, encode_records
 
 log = logging.getLogger("pilothouse.outbox")
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
 
-from .security import Keyring
+from agent.security import Keyring
+from agent.text import url_arg
 
 
-def add_keys_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParser,
-                    url_arg: Callable[[str], str]) -> None:
+def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParser) -> None:
     k = sub.add_parser("keys", help="CurveZMQ keys for reaching agents across the network")
     ks = k.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     i = ks.add_parser("init", parents=[keys_arg], help="create this machine's agent and client keypairs")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tuning import validate_changes
+from agent.wire.tuning import validate_changes
 
 Ack = Callable[[dict[str, Any]], None]
 

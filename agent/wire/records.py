@@ -1,4 +1,4 @@
-"""Turn a batch of row-shaped trainer records into per-metric columns.
+"""Trainer records in a 'rec' message, and how the agent turns a batch of them into columns.
 
 On the wire a batch names each distinct set of metric names once (``keys``) and each
 metrics record carries ``[0, step, wall_time, keyset_index, [values...]]``: the training
@@ -14,7 +14,37 @@ from typing import Any
 
 import numpy as np
 
-from .protocol import ProtocolError, check_name
+from agent.wire.checks import check_name
+from agent.wire.messages import ProtocolError
+
+# Records inside a trainer batch: [0, step, wall_time, keyset_index, values] for metrics,
+# [1, step, wall_time, rows] for rollouts; see encode_records.
+REC_METRICS = 0
+REC_ROLLOUTS = 1
+REC_CHECKPOINT = 2  # [2, step, wall_time, path]: a checkpoint the loop saved unasked
+
+MAX_ROLLOUT_ROWS = 10_000
+_ROLLOUT_VALUE_TYPES = (str, int, float, bool, type(None))
+
+
+def encode_records(records: list[tuple]) -> tuple[list[tuple[str, ...]], list[tuple]]:
+    """Trainer-side records -> the ``keys`` table and ``recs`` list of a 'rec' message.
+
+    Metrics records arrive as (0, step, wall_time, names, values) and leave with ``names``
+    replaced by its index in the table, so each name crosses the wire once per batch."""
+    table: dict[tuple[str, ...], int] = {}
+    wire = []
+    for rec in records:
+        if rec[0] == REC_METRICS:
+            index = table.get(rec[3])
+            if index is None:
+                index = table[rec[3]] = len(table)
+            wire.append((REC_METRICS, rec[1], rec[2], index, rec[4]))
+        else:
+            wire.append(rec)
+    return list(table), wire
+
+
 
 _NUMERIC = frozenset((float, int))
 
@@ -104,3 +134,16 @@ def columnize(records: list[tuple[int, int, float, int, list]], keysets: list[tu
             times = np.concatenate([p[3] for p in pieces])[order]
         columns.append(Column(metric, steps, np.ascontiguousarray(vals), times))
     return columns
+
+
+def check_rollouts(rows: Any) -> list[dict]:
+    """Rollout rows: a list of flat dicts of text and numbers (prompt, completion, reward, ...)."""
+    if not isinstance(rows, list) or len(rows) > MAX_ROLLOUT_ROWS:
+        raise ProtocolError(f"rollouts must be a list of at most {MAX_ROLLOUT_ROWS} rows")
+    for row in rows:
+        if not isinstance(row, dict):
+            raise ProtocolError(f"a rollout row must be a dict, got {type(row).__name__}")
+        for key, value in row.items():
+            if not isinstance(key, str) or not isinstance(value, _ROLLOUT_VALUE_TYPES):
+                raise ProtocolError(f"rollout field {str(key)[:40]!r} has unsupported type {type(value).__name__}")
+    return rows

@@ -8,14 +8,14 @@ import sys
 import time
 from typing import Any
 
-from .client import Client
-from .security import Keyring
-from .tuning import parse_assignment
+from agent.cli.common import EXIT_USAGE, Reader
+from agent.client import Client
+from agent.security import Keyring
+from agent.wire.tuning import parse_assignment
 
-EXIT_USAGE = 2
 
-
-def add_alerts_arguments(parser: argparse.ArgumentParser) -> None:
+def add_parser(reader: Reader) -> None:
+    parser = reader("alerts", "firing and recent alerts; `alerts ls|add|rm` manage the rules", cmd_alerts)
     parser.add_argument("action", nargs="?", choices=["ls", "add", "rm"],
                         help="ls: the rules; add NAME KIND KEY=VALUE...; rm NAME (default: firing and recent alerts)")
     parser.add_argument("words", nargs="*", metavar="ARG", help="for add: NAME KIND KEY=VALUE ...; for rm: NAME")

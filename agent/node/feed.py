@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from .protocol import KINDS, MAX_PAGE_POINTS, ProtocolError
-from .store import Store
+from agent.node.journal import Store
+from agent.wire.entries import check_kinds
+from agent.wire.messages import MAX_PAGE_POINTS
 
 MAX_CREDIT = 64
 
@@ -44,7 +44,7 @@ class ReaderFeed:
     def subscribe(self, ident: bytes, msg: dict) -> None:
         """(Re)start at the reader's cursor; a repeated sub after silence is how readers reconnect."""
         credit = max(1, min(msg["credit"], MAX_CREDIT)) + 1  # +1 pays for the answer to the sub itself
-        self.readers[ident] = Reader(msg["after"], credit, msg.get("run"), kinds(msg.get("kinds")))
+        self.readers[ident] = Reader(msg["after"], credit, msg.get("run"), check_kinds(msg.get("kinds")))
 
     def credit(self, ident: bytes, n: int) -> None:
         reader = self.readers.get(ident)
@@ -83,10 +83,3 @@ class ReaderFeed:
                                    "journal": self.store.journal_id}):
                 self.drop(ident)  # gone, or its queue is full: it will subscribe again
 
-
-def kinds(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(k in KINDS for k in value):
-        raise ProtocolError(f"kinds must be a list drawn from {KINDS}")
-    return tuple(value)

@@ -20,14 +20,19 @@ import msgpack
 import numpy as np
 import sqlite_utils
 
-from .columns import check_keysets, columnize
-from .protocol import (INT64_MAX, KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS,
-                       ProtocolError)
+from agent.wire.checks import INT64_MAX
+from agent.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks
+from agent.wire.messages import ProtocolError
+from agent.wire.records import (
+    REC_CHECKPOINT,
+    REC_METRICS,
+    REC_ROLLOUTS,
+    check_keysets,
+    check_rollouts,
+    columnize,
+)
 
 Entry = tuple  # (id, run, kind, metric, rank, n, steps, vals, times, body), see protocol.ENTRY_FIELDS
-
-MAX_ROLLOUT_ROWS = 10_000
-_ROLLOUT_VALUE_TYPES = (str, int, float, bool, type(None))
 
 RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
                "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records")
@@ -352,25 +357,3 @@ class Store:
         rows = self.db.execute("SELECT steps, vals, times FROM journal WHERE run=? AND kind=? AND metric=? "
                                "ORDER BY id", [run, KIND_METRIC, metric]).fetchall()
         return join_chunks(rows)
-
-
-def join_chunks(rows: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    if not rows:
-        return np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64)
-    steps = np.frombuffer(b"".join(r[0] for r in rows), dtype=np.int64)
-    vals = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float64)
-    times = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float64)
-    return steps, vals, times
-
-
-def check_rollouts(rows: Any) -> list[dict]:
-    """Rollout rows: a list of flat dicts of text and numbers (prompt, completion, reward, ...)."""
-    if not isinstance(rows, list) or len(rows) > MAX_ROLLOUT_ROWS:
-        raise ProtocolError(f"rollouts must be a list of at most {MAX_ROLLOUT_ROWS} rows")
-    for row in rows:
-        if not isinstance(row, dict):
-            raise ProtocolError(f"a rollout row must be a dict, got {type(row).__name__}")
-        for key, value in row.items():
-            if not isinstance(key, str) or not isinstance(value, _ROLLOUT_VALUE_TYPES):
-                raise ProtocolError(f"rollout field {str(key)[:40]!r} has unsupported type {type(value).__name__}")
-    return rows

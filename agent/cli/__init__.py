@@ -1,0 +1,60 @@
+"""The ``pilothouse`` command, one module per command group.  It lives with the agent so it works
+on GPU nodes without Qt."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from agent.cli import alerts, app, keys, read, serve, steer
+from agent.cli.common import EXIT_ERROR, EXIT_USAGE, Command, positive
+from agent.client import AgentError
+from agent.security import ENV_KEYS, SecurityError
+from agent.text import url_arg
+from agent.wire.urls import DEFAULT_URL, ENV_AGENT
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "gui":
+        args.gui_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return args.func(args)
+    except AgentError as exc:
+        print(f"pilothouse: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except SecurityError as exc:
+        print(f"pilothouse: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `pilothouse export RUN | head`
+        sys.stderr.close()
+        return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pilothouse", description="Watch and steer training runs.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    default_agent = os.environ.get(ENV_AGENT) or DEFAULT_URL
+    keys_arg = argparse.ArgumentParser(add_help=False)
+    keys_arg.add_argument("--keys", help=f"CurveZMQ keyring directory (default: ${ENV_KEYS} or the user config dir)")
+
+    def reader(name: str, help: str, func: Command) -> argparse.ArgumentParser:
+        r = sub.add_parser(name, parents=[keys_arg], help=help)
+        r.add_argument("--agent", type=url_arg, default=default_agent, help=f"agent URL (default {default_agent})")
+        r.add_argument("--timeout", type=positive, default=5.0, help="seconds to wait for the agent")
+        r.set_defaults(func=func)
+        return r
+
+    serve.add_parser(sub, keys_arg)
+    read.add_parsers(reader)
+    steer.add_parsers(reader)
+    keys.add_parser(sub, keys_arg)
+    alerts.add_parser(reader)
+    app.add_parsers(sub)
+    return p

@@ -1,0 +1,104 @@
+"""Read-outs: ``pilothouse runs``, ``tail``, ``export``, ``events``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from agent.cli.common import EXIT_ERROR, Reader
+from agent.client import Client
+from agent.security import Keyring
+from agent.text import event_line, fmt_value, tail_lines, write_points
+from agent.wire.entries import KIND_EVENT, KIND_METRIC, entry_body
+
+
+def add_parsers(reader: Reader) -> None:
+    r = reader("runs", "list runs with status, step and last values", cmd_runs)
+    r.add_argument("--json", action="store_true", help="machine-readable output")
+    r.add_argument("--all", action="store_true", help="include the agent's host/GPU sampling runs")
+
+    t = reader("tail", "print a run's metrics live", cmd_tail)
+    t.add_argument("run", help="run id or unambiguous run name")
+    t.add_argument("--history", action="store_true", help="print every stored point first")
+
+    e = reader("export", "write every point of a run as CSV or JSON lines", cmd_export)
+    e.add_argument("run", help="run id or unambiguous run name")
+    e.add_argument("--format", choices=["csv", "jsonl"], default="csv")
+    e.add_argument("-o", "--output", help="file to write (default: standard output)")
+
+    ev = reader("events", "a run's audit trail: status, commands, acknowledgements, checkpoints", cmd_events)
+    ev.add_argument("run", help="run id or unambiguous run name")
+    ev.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
+        runs = client.runs()
+    if not args.all:
+        runs = [r for r in runs if r["kind"] == "train"]
+    if args.json:
+        json.dump(runs, sys.stdout, indent=1, default=str)
+        print()
+        return 0
+    if not runs:
+        print(f"no runs yet on {args.agent}: add `run = agent.init(project=..., name=...)` to a training script")
+        return 0
+    rows = [("ID", "RUN", "STATUS", "STEP", "HOST", "LOST", "ALERTS", "LAST VALUES")]
+    for r in runs:
+        lost = max(r["dropped_records"] or 0, r["lost_records"] or 0)
+        values = "  ".join(f"{k}={fmt_value(v)}" for k, v in list(r["summary"].items())[:4])
+        rows.append((r["id"], f"{r['project']}/{r['name']}", r["status"],
+                     "-" if r["last_step"] is None else str(r["last_step"]), r["host"] or "-",
+                     f"{lost} rec" if lost else "0", ",".join(r.get("alerts") or []) or "-", values))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
+        run = client.resolve(args.run)
+        after = 0 if args.history else client.ping()["head"]
+        row = next(r for r in client.runs() if r["id"] == run)
+        print(f"{row['project']}/{row['name']} ({run}) {row['status']} on {row['host']}, "
+              f"step {row['last_step']}", flush=True)
+        if row["summary"] and not args.history:
+            print("  ".join(f"{k}={fmt_value(v)}" for k, v in row["summary"].items()), flush=True)
+        if row["status"] in ("finished", "crashed") and not args.history:
+            return 0
+        for page in client.follow(after=after, run=run, kinds=[KIND_METRIC, KIND_EVENT]):
+            for line, ended in tail_lines(page.entries):
+                print(line, flush=True)
+                if ended:
+                    return 0
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
+        run = client.resolve(args.run)
+        for page in client.history(run, [KIND_EVENT]):
+            for e in page.entries:
+                body = entry_body(e)
+                print(json.dumps(body, default=str) if args.json else event_line(body))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
+        run = client.resolve(args.run)
+        try:
+            out = open(args.output, "w", newline="") if args.output else sys.stdout
+        except OSError as exc:
+            print(f"pilothouse: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+            return EXIT_ERROR
+        try:
+            n = write_points(client.history(run, [KIND_METRIC]), out, args.format)
+        finally:
+            if args.output:
+                out.close()
+    if args.output:
+        print(f"wrote {n} points of run {run} to {args.output}", file=sys.stderr)
+    return 0

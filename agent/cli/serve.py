@@ -1,0 +1,52 @@
+"""``pilothouse agent``: the node agent in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sqlite3
+import sys
+
+from agent.cli.common import EXIT_ERROR, EXIT_USAGE, positive
+from agent.paths import default_data_dir
+from agent.security import Keyring
+from agent.text import url_arg
+from agent.wire.urls import DEFAULT_URL
+
+
+def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParser) -> None:
+    a = sub.add_parser("agent", parents=[keys_arg], help="run the node agent in the foreground")
+    a.add_argument("--bind", type=url_arg, default=DEFAULT_URL,
+                   help=f"loopback address for trainers and local tools (default {DEFAULT_URL})")
+    a.add_argument("--listen", type=url_arg, metavar="URL",
+                   help="also listen here for remote apps and CLIs, CurveZMQ only (needs `pilothouse keys`)")
+    a.add_argument("--data", help="data directory (default: the user data dir, or $PILOTHOUSE_DATA)")
+    a.add_argument("--alerts", metavar="FILE", help="alert rules ([[rule]] tables in TOML), re-read when it changes")
+    a.add_argument("--sample-interval", type=positive, default=1.0, help="seconds between GPU/host samples")
+    a.add_argument("--stale-after", type=positive, default=5.0, help="seconds without heartbeat before a run is stale")
+    a.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    a.set_defaults(func=cmd_agent)
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    import zmq
+
+    from agent.node.server import Agent
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    data = args.data or default_data_dir()
+    try:
+        agent = Agent(args.bind, data, sample_interval=args.sample_interval, stale_after=args.stale_after,
+                      listen=args.listen, keys=Keyring(args.keys), alerts=args.alerts)
+    except ValueError as exc:
+        print(f"pilothouse agent: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except zmq.ZMQError as exc:
+        where = args.bind if args.listen is None else f"{args.bind} / {args.listen}"
+        print(f"pilothouse agent: cannot listen on {where}: {exc} (is another agent running?)", file=sys.stderr)
+        return EXIT_ERROR
+    except (OSError, sqlite3.Error) as exc:
+        print(f"pilothouse agent: cannot use data directory {data}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    agent.serve_forever()
+    return 0

@@ -1,0 +1,51 @@
+"""Steering: ``pilothouse pause``, ``resume``, ``checkpoint``, ``stop`` and ``set``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from agent.cli.common import EXIT_ERROR, Reader
+from agent.client import Client
+from agent.security import Keyring
+from agent.wire.tuning import parse_assignment
+
+
+def add_parsers(reader: Reader) -> None:
+    for name, text in (("pause", "pause a run at its next step boundary"), ("resume", "resume a paused run"),
+                       ("checkpoint", "ask a run to save a checkpoint now"),
+                       ("stop", "ask a run to stop at its next step boundary")):
+        c = reader(name, text, cmd_command)
+        c.add_argument("run", help="run id or unambiguous run name")
+        c.set_defaults(timeout=30.0)
+    c = reader("set", "change hyperparameters of a running run", cmd_command)
+    c.add_argument("run", help="run id or unambiguous run name")
+    c.add_argument("values", nargs="+", type=_assignment, metavar="KEY=VALUE")
+    c.add_argument("--at-step", type=int, help="apply at this step instead of the next one")
+    c.set_defaults(timeout=30.0)
+
+
+def _assignment(text: str) -> tuple[str, Any]:
+    try:
+        return parse_assignment(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cmd_command(args: argparse.Namespace) -> int:
+    values = dict(getattr(args, "values", None) or []) or None
+    with Client(args.agent, timeout=min(args.timeout, 5.0), keys=Keyring(args.keys)) as client:
+        row = client.command(args.run, args.command, values=values, at_step=getattr(args, "at_step", None),
+                             wait=args.timeout)
+    state = row["state"]
+    if state in ("applied", "scheduled"):
+        print(f"{row['detail']} (run {row['run']}, command {row['cid']})")
+        return 0
+    if state == "rejected":
+        print(f"pilothouse: {args.command} rejected: {row['detail']}", file=sys.stderr)
+    else:
+        print(f"pilothouse: no acknowledgement within {args.timeout:g} s; the command stays queued "
+              f"(id {row['cid']}) and applies at the trainer's next sync: see `pilothouse events {args.run}`",
+              file=sys.stderr)
+    return EXIT_ERROR

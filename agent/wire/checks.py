@@ -1,0 +1,88 @@
+"""Values that cross the wire: names, run and command ids, int64 counters, config maps.
+
+Checked on both ends with the same code: the trainer refuses a bad name at ``init`` or
+``log``, the agent refuses it in a message.  Every check raises ValueError or TypeError
+with a message that names the field.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any
+
+MAX_NAME_CHARS = 250
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_COMMAND_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SYSTEM_RUN_PREFIX = "sys-"  # the agent's own host/GPU sample runs; no trainer may use it
+INT64_MAX = (1 << 63) - 1
+MAX_CONFIG_DEPTH = 8
+_CONFIG_SCALARS = (str, int, float, bool, type(None))
+
+
+def check_name(value: Any, what: str) -> str:
+    """Names end up in terminals, files and the app: refuse what would corrupt them."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, not {type(value).__name__}")
+    if not value or len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"{what} must be 1 to {MAX_NAME_CHARS} characters, got {len(value)}")
+    for ch in value:
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            raise ValueError(f"{what} {value[:40]!r} contains control character U+{ord(ch):04X}")
+    return value
+
+
+def check_run_id(value: Any, *, system: bool = False) -> str:
+    if not isinstance(value, str) or not _RUN_ID.match(value):
+        raise ValueError(f"run id must match {_RUN_ID.pattern}, got {str(value)[:80]!r}")
+    if not system and value.startswith(SYSTEM_RUN_PREFIX):
+        raise ValueError(f"run ids starting with {SYSTEM_RUN_PREFIX!r} are reserved for the agent's host samples")
+    return value
+
+
+def check_int(value: Any, what: str, lo: int = 0, hi: int = INT64_MAX) -> int:
+    """SQLite and numpy store int64: refuse what they cannot hold before it reaches them."""
+    if type(value) is not int or not lo <= value <= hi:
+        raise ValueError(f"{what} must be an int in [{lo}, {hi}], got {str(value)[:40]}")
+    return value
+
+
+def query_arg(args: dict, key: str, kind: type, default: Any = None) -> Any:
+    """One argument of a query, of the type the query needs (bool is not an int here)."""
+    value = args.get(key, default)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise TypeError(f"{key} must be {kind.__name__}")
+    return value
+
+
+def check_config(config: Any, where: str = "config", depth: int = 0) -> dict:
+    """Config values: text, numbers, booleans, None, and lists/maps of them (string keys)."""
+    if not isinstance(config, dict):
+        raise TypeError(f"{where} must be a dict, got {type(config).__name__}")
+    if depth > MAX_CONFIG_DEPTH:
+        raise ValueError(f"{where} nests deeper than {MAX_CONFIG_DEPTH} levels")
+    out = {}
+    for key, value in config.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{where} keys must be strings, got {key!r}")
+        out[key] = _config_value(value, f"{where}.{key}", depth)
+    return out
+
+
+def _config_value(value: Any, where: str, depth: int) -> Any:
+    if isinstance(value, dict):
+        return check_config(value, where, depth + 1)
+    if isinstance(value, (list, tuple)):
+        return [_config_value(v, where, depth + 1) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        check_int(value, where, -INT64_MAX - 1)
+    elif not isinstance(value, _CONFIG_SCALARS):
+        raise TypeError(f"{where} has type {type(value).__name__}; use str, int, float, bool or None")
+    return value
+
+
+def check_command_id(cid: Any) -> str:
+    if not isinstance(cid, str) or not _COMMAND_ID.match(cid):
+        raise ValueError(f"command id must match {_COMMAND_ID.pattern}, got {str(cid)[:80]!r}")
+    return cid
+

@@ -1,0 +1,83 @@
+"""Journal entries, as the agent stores and streams them and every reader receives them.
+
+The journal is one sequence of entries (a metric chunk, a rollout batch, an event), each
+with the next integer id; a reader follows it by cursor ("everything after id N").  On
+the wire an entry is a list in ``ENTRY_FIELDS`` order, to keep frames small; metric
+points travel as int64/float64 blobs, so NaN, ±Inf and -0.0 arrive bit-exact.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from agent.wire.checks import INT64_MAX
+from agent.wire.messages import ProtocolError
+
+KIND_METRIC = "m"
+KIND_ROLLOUTS = "r"
+KIND_EVENT = "e"
+KINDS = (KIND_METRIC, KIND_ROLLOUTS, KIND_EVENT)
+
+ENTRY_FIELDS = ("id", "run", "kind", "metric", "rank", "n", "steps", "vals", "times", "body")
+Entry = namedtuple("Entry", ENTRY_FIELDS)
+
+
+@dataclass
+class Page:
+    entries: list[Entry]
+    cursor: int
+    journal: str | None = None  # the journal the cursor counts in: an agent on a new one restarts its ids
+
+
+def join_chunks(rows: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, values, wall_times) of metric chunks given as (steps, vals, times) blobs."""
+    if not rows:
+        return np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64)
+    steps = np.frombuffer(b"".join(r[0] for r in rows), dtype=np.int64)
+    vals = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float64)
+    times = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float64)
+    return steps, vals, times
+
+
+def entry_points(entry: Entry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, values, wall_times) of a metric chunk."""
+    return join_chunks([(entry.steps, entry.vals, entry.times)])
+
+
+def entry_body(entry: Entry) -> Any:
+    return None if entry.body is None else msgpack.unpackb(entry.body, raw=False)
+
+
+def check_kinds(value: Any) -> tuple[str, ...]:
+    """A reader's entry-kind filter: none (everything) or a list drawn from KINDS."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(k in KINDS for k in value):
+        raise ProtocolError(f"kinds must be a list drawn from {KINDS}")
+    return tuple(value)
+
+
+def check_page(entries: Any, cursor: Any) -> Page:
+    """Entries as the protocol defines them, or ProtocolError: nothing malformed reaches the caller."""
+    if type(cursor) is not int or not 0 <= cursor <= INT64_MAX or not isinstance(entries, list):
+        raise ProtocolError("a page needs a cursor in [0, 2**63) and a list of entries")
+    out = []
+    for e in entries:
+        if not isinstance(e, list) or len(e) != len(ENTRY_FIELDS):
+            raise ProtocolError("a journal entry has the wrong shape")
+        entry = Entry(*e)
+        sized = (entry.steps, entry.vals, entry.times)
+        if not (type(entry.id) is int and 0 < entry.id <= cursor and isinstance(entry.run, str)
+                and entry.kind in KINDS and isinstance(entry.metric, (str, type(None)))
+                and all(type(v) is int and 0 <= v <= INT64_MAX for v in (entry.rank, entry.n))
+                and isinstance(entry.body, (bytes, type(None)))
+                and (all(isinstance(b, bytes) and len(b) == 8 * entry.n for b in sized) if entry.kind == KIND_METRIC
+                     else all(b is None for b in sized))):
+            raise ProtocolError(f"malformed journal entry {str(e)[:120]}")
+        out.append(entry)
+    return Page(out, cursor)

@@ -1,0 +1,171 @@
+"""The wire protocol between trainers, the node agent and readers.
+
+Every message is one msgpack map with a ``t`` (type) key, sent as the last frame
+over DEALER -> ROUTER.  The set of types is closed: anything else is rejected by
+``decode`` before the agent acts on it.  The app imports this module, never the
+reverse.
+"""
+
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgpack
+
+from agent.wire.alert_rules import check_rules
+from agent.wire.checks import (
+    check_command_id,
+    check_config,
+    check_int,
+    check_name,
+    check_run_id,
+)
+from agent.wire.tuning import check_schema
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ZMQ_MAXMSGSIZE on the agent's socket
+MAX_PAGE_POINTS = 200_000  # points per reply page; keeps replies far below the frame bound
+
+
+class ProtocolError(ValueError):
+    """A peer sent something that is not a valid message; nothing was applied."""
+
+
+def pack(msg: dict) -> bytes:
+    return msgpack.packb(msg, use_bin_type=True)
+
+
+def unpack(frame: bytes) -> Any:
+    try:
+        return msgpack.unpackb(frame, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise ProtocolError(f"frame is not valid msgpack ({type(exc).__name__})") from None
+
+
+# --- message validation ------------------------------------------------------------------
+
+def _need(msg: dict, key: str, types: type | tuple, what: str | None = None) -> Any:
+    value = msg.get(key)
+    if not isinstance(value, types) or isinstance(value, bool) and bool not in _as_tuple(types):
+        raise ProtocolError(f"{msg.get('t')!r} message needs {what or key} of type "
+                            f"{'/'.join(t.__name__ for t in _as_tuple(types))}")
+    return value
+
+
+def _as_tuple(types: type | tuple) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _check_hello(msg: dict) -> None:
+    _check_hb(msg)
+    _wrap(check_name, msg.get("project"), "project")
+    _wrap(check_name, msg.get("name"), "run name")
+    _wrap(check_name, msg.get("host"), "host")
+    _wrap(check_int, msg.get("pid"), "pid", 1)
+    _wrap(check_config, msg.get("config"))
+    if "schema" in msg:
+        _wrap(check_schema, msg["schema"])
+    if "alerts" in msg:
+        _wrap(check_rules, msg["alerts"], "alerts")
+    for key in ("pid_started", "created"):
+        value = msg.get(key)
+        if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+            raise ProtocolError(f"'hello' {key} must be a finite number of seconds")
+
+
+def _check_rec(msg: dict) -> None:
+    _check_hb(msg)
+    seq = msg.get("seq")
+    _wrap(check_int, seq, "'rec' seq", 1)
+    if "floor" not in msg:
+        raise ProtocolError("'rec' message needs floor")
+    recs = _need(msg, "recs", list)
+    if not recs:
+        raise ProtocolError("'rec' message has no records")
+    _need(msg, "keys", list)
+    _wrap(check_int, seq + len(recs) - 1, "'rec' last seq", 1)
+
+
+def _check_hb(msg: dict) -> None:
+    _wrap(check_run_id, msg.get("run"))
+    _wrap(check_int, msg.get("rank"), "rank")
+    for key in ("floor", "dropped_records", "dropped_points"):
+        if key in msg:
+            _wrap(check_int, msg[key], key)
+    if "paused" in msg and type(msg["paused"]) is not bool:
+        raise ProtocolError("'paused' must be true or false")
+
+
+def _check_finish(msg: dict) -> None:
+    _check_hb(msg)
+    _wrap(check_int, msg.get("seq"), "'finish' seq")
+
+
+COMMANDS = ("pause", "resume", "set", "checkpoint", "stop")
+ACK_STATES = ("applied", "rejected", "scheduled")
+
+
+def _check_cack(msg: dict) -> None:
+    _check_hb(msg)
+    _wrap(check_command_id, msg.get("cid"))
+    if msg.get("cmd") not in COMMANDS or msg.get("state") not in ACK_STATES:
+        raise ProtocolError(f"'cack' needs cmd in {COMMANDS} and state in {ACK_STATES}")
+    _wrap(check_int, msg.get("step"), "'cack' step")
+    _need(msg, "detail", str)
+    _need(msg, "applied", dict)
+
+
+def _check_query(msg: dict) -> None:
+    _need(msg, "id", int, "request id")
+    _need(msg, "op", str)
+
+
+def _check_sub(msg: dict) -> None:
+    _wrap(check_int, msg.get("after"), "'sub' cursor")
+    _wrap(check_int, msg.get("credit"), "'sub' credit", 1, 1 << 20)
+    run = msg.get("run")
+    if run is not None:
+        _wrap(lambda r: check_run_id(r, system=True), run)
+
+
+def _check_credit(msg: dict) -> None:
+    _wrap(check_int, msg.get("n"), "'credit' n", 0, 1 << 20)
+
+
+def _check_nothing(msg: dict) -> None:
+    return None
+
+
+def _wrap(check, *args) -> None:
+    try:
+        check(*args)
+    except (ValueError, TypeError) as exc:
+        raise ProtocolError(str(exc)) from None
+
+
+# Closed set of message types a peer may send to the agent.
+INBOUND = {
+    "hello": _check_hello,
+    "rec": _check_rec,
+    "hb": _check_hb,
+    "finish": _check_finish,
+    "cack": _check_cack,
+    "q": _check_query,
+    "sub": _check_sub,
+    "credit": _check_credit,
+    "unsub": _check_nothing,
+}
+
+
+def decode(frame: bytes) -> dict:
+    """Unpack and validate one inbound message, or raise ProtocolError saying what is wrong."""
+    msg = unpack(frame)
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"message must be a map, got {type(msg).__name__}")
+    kind = msg.get("t")
+    check = INBOUND.get(kind) if isinstance(kind, str) else None
+    if check is None:
+        raise ProtocolError(f"unknown message type {str(kind)[:40]!r}")
+    check(msg)
+    return msg
