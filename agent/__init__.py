@@ -1,19 +1,22 @@
-"""Pilothouse trainer library and node agent.
+"""Pilothouse: watch and steer training runs.  ``import pilothouse as ph; run = ph.init(...)``.
 
-``import agent`` stays cheap and never imports Qt or torch: it runs on GPU nodes.
+This folder is the ``pilothouse`` package (``gui/`` is ``pilothouse.gui``).  ``import pilothouse``
+stays cheap on GPU nodes: no Qt, no torch, no SQLite; ``pilothouse.torch`` and ``pilothouse.hf``
+load their frameworks on first use.
 """
 
-__version__ = "0.1.0"
-
-from agent.trainer.run import Run, init  # noqa: E402  (after __version__, which the agent reports)
+from pilothouse.trainer.run import Run, init
+from pilothouse.version import __version__
 
 __all__ = ["Run", "init", "__version__"]
 
+_ON_USE = ("torch", "hf", "client")
+
 
 def __getattr__(name: str):
-    """``agent.torch`` and ``agent.hf`` load on first use, so ``import agent`` stays free of torch."""
-    if name in ("torch", "hf"):
+    """``pilothouse.torch`` and ``pilothouse.hf`` load on first use, so ``import pilothouse`` stays free of torch."""
+    if name in _ON_USE:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'agent' has no attribute {name!r}")
+    raise AttributeError(f"module 'pilothouse' has no attribute {name!r}")

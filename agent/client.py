@@ -20,10 +20,10 @@ import numpy as np
 import zmq
 import zmq.utils.monitor
 
-from agent.security import Keyring, SecurityError, client_keys, key_hex, secure_client
-from agent.wire.entries import KIND_METRIC, Page, check_page, join_chunks
-from agent.wire.messages import MAX_MESSAGE_BYTES, ProtocolError, pack, unpack
-from agent.wire.urls import DEFAULT_URL, check_url
+from pilothouse.security import Keyring, SecurityError, client_keys, key_hex, secure_client
+from pilothouse.wire.entries import KIND_METRIC, Page, check_page, join_chunks
+from pilothouse.wire.messages import MAX_MESSAGE_BYTES, ProtocolError, pack, unpack
+from pilothouse.wire.urls import DEFAULT_URL, check_url
 
 
 class AgentError(RuntimeError):
@@ -40,7 +40,7 @@ CALL_ERRORS = (AgentError, ProtocolError, SecurityError)
 
 
 class Client:
-    """Talks CURVE to any URL whose agent key the keyring knows (see ``agent.security``), plain
+    """Talks CURVE to any URL whose agent key the keyring knows (see ``pilothouse.security``), plain
     TCP to other loopback URLs, and refuses a network URL it holds no agent key for."""
 
     def __init__(self, url: str | None = None, timeout: float = 5.0, context: zmq.Context | None = None,

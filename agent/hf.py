@@ -1,6 +1,6 @@
 """Steering a Hugging Face ``transformers.Trainer``: ``trainer.add_callback(PilothouseCallback(run))``.
 
-Imported only on use: ``import agent`` never imports transformers (nor torch).
+Imported only on use: ``import pilothouse`` never imports transformers (nor torch).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from transformers import (
 )
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from agent.torch import bind_optimizer
-from agent.trainer.run import Run
+from pilothouse.torch import bind_optimizer
+from pilothouse.trainer.run import Run
 
 
 class PilothouseCallback(TrainerCallback):

@@ -10,8 +10,8 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from agent.wire.entries import KIND_EVENT, KIND_METRIC, entry_body, entry_points
-from agent.wire.urls import check_url
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, entry_body, entry_points
+from pilothouse.wire.urls import check_url
 
 
 def url_arg(text: str) -> str:

@@ -1,7 +1,7 @@
 """PyTorch helpers: an optimizer (and its LR scheduler) that follows steered hyperparameters,
 and checkpoints that answer a checkpoint request.
 
-torch is imported inside the functions only: ``import agent`` must stay cheap on nodes
+torch is imported inside the functions only: ``import pilothouse`` must stay cheap on nodes
 where it is slow to import or absent.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from agent.trainer.run import Run
+    from pilothouse.trainer.run import Run
 
 # Config names that mean a param_group key: TrainingArguments calls the learning rate this.
 _ALIASES = {"learning_rate": "lr"}

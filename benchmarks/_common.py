@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from agent.client import reachable
+from pilothouse.client import reachable
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -57,7 +57,7 @@ class AgentProcess:
 
     def start(self) -> "AgentProcess":
         prefix = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
-        cmd = [sys.executable, *prefix, "-m", "agent", "agent", "--bind", self.url, "--data", str(self.data),
+        cmd = [sys.executable, *prefix, "-m", "pilothouse", "agent", "--bind", self.url, "--data", str(self.data),
                "--log-level", "WARNING", *self.extra]
         self._log = open(self.data / "agent.log", "wb")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)

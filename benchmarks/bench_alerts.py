@@ -27,11 +27,11 @@ import numpy as np
 from _common import ROOT, AgentProcess, median, table, write_result
 from bench_throughput import TARGET, check, metric_names, read_until, trainer
 
-from agent.client import Client
-from agent.node.alert_desk import AlertDesk
-from agent.node.alert_engine import AlertEngine
-from agent.wire.alert_rules import Rule, load_rules
-from agent.wire.entries import KIND_METRIC
+from pilothouse.client import Client
+from pilothouse.node.alert_desk import AlertDesk
+from pilothouse.node.alert_engine import AlertEngine
+from pilothouse.wire.alert_rules import Rule, load_rules
+from pilothouse.wire.entries import KIND_METRIC
 
 N_METRICS = 100  # per step: per-layer statistics of a big model (metric_names: model.layers.NN.<stat>)
 RUN = "bench-alerts"

@@ -29,17 +29,17 @@ import numpy as np  # noqa: E402
 from _common import AgentProcess, median, percentile, table, write_result  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from gui._qt.app import MainWindow  # noqa: E402
-from gui._qt.charts import ChartsPanel  # noqa: E402
-from gui.local_store import LocalStore  # noqa: E402
+from pilothouse.gui._qt.app import MainWindow  # noqa: E402
+from pilothouse.gui._qt.charts import ChartsPanel  # noqa: E402
+from pilothouse.gui.local_store import LocalStore  # noqa: E402
 
 METRICS = 10
 CHUNK = 10_000
 URL = "tcp://127.0.0.1:1"
 TRAINER = textwrap.dedent("""
     import sys, time
-    import agent
-    run = agent.init(project="bench", name="latency", agent=sys.argv[1])
+    import pilothouse as ph
+    run = ph.init(project="bench", name="latency", agent=sys.argv[1])
     print(run.id, flush=True)
     end = time.time() + float(sys.argv[2])
     step = 0

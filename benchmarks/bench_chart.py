@@ -33,7 +33,7 @@ import pyqtgraph as pg  # noqa: E402
 from _common import median, percentile, table, write_result  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
-from gui._qt.chart import ChartWidget, color_for  # noqa: E402
+from pilothouse.gui._qt.chart import ChartWidget, color_for  # noqa: E402
 
 WARMUP = 3
 

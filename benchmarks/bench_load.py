@@ -34,10 +34,10 @@ import psutil
 from _common import ROOT, free_port, median, percentile, table, write_result
 from bench_throughput import Tally
 
-import agent
-from agent.client import Client, reachable
-from agent.security import Keyring
-from agent.wire.entries import entry_points
+import pilothouse as ph
+from pilothouse.client import Client, reachable
+from pilothouse.security import Keyring
+from pilothouse.wire.entries import entry_points
 
 STALL_SECONDS = 60.0  # a reader gives up on an agent (and reports loss) after this long without a new point
 READY_SECONDS = 120.0  # for 32 agents + their trainers and readers to start on a busy 2-core machine
@@ -80,7 +80,7 @@ class Agents:
         for i, url in enumerate(self.bind):
             data = self.root / f"agent-{i:02d}"
             data.mkdir()
-            cmd = [sys.executable, "-m", "agent", "agent", "--bind", url, "--data", str(data), "--log-level", "WARNING"]
+            cmd = [sys.executable, "-m", "pilothouse", "agent", "--bind", url, "--data", str(data), "--log-level", "WARNING"]
             if self.keys_dir is not None:
                 cmd += ["--listen", self.listen[i], "--keys", str(self.keys_dir)]
             log = open(data / "agent.log", "wb")
@@ -120,7 +120,7 @@ def trainer_main(runs: list[tuple[str, str]], n_metrics: int, steps_per_s: float
     value = step + metric index; a late tick is logged at once (no step is skipped)."""
     names = metric_names(n_metrics)
     offsets = [float(j) for j in range(n_metrics)]
-    handles = [agent.init(project="bench-load", name=run_id, id=run_id, agent=url, heartbeat=1.0)
+    handles = [ph.init(project="bench-load", name=run_id, id=run_id, agent=url, heartbeat=1.0)
                for url, run_id in runs]
     conn.send("ready")
     msg = conn.recv()

@@ -30,8 +30,8 @@ import msgpack
 import zmq
 from _common import AgentProcess, closed_port_url, free_port, median, percentile, table, write_result
 
-import agent
-from agent.client import Client
+import pilothouse as ph
+from pilothouse.client import Client
 
 METRICS = ["loss", "lr", "grad_norm", "param_norm", "tokens_per_s", "accuracy", "kl", "entropy",
            "reward_mean", "reward_std"]
@@ -75,7 +75,7 @@ class Pilothouse:
 
     def __init__(self) -> None:
         self.agent = AgentProcess().start()
-        self.run = agent.init(project="bench", name="bench-log", agent=self.agent.url)
+        self.run = ph.init(project="bench", name="bench-log", agent=self.agent.url)
         self.log = self.run.log
         self.flush_s: list[float] = []
         self.early_flushes = 0
@@ -115,7 +115,7 @@ class PilothouseNoAgent:
     short = "no-agent"
 
     def __init__(self) -> None:
-        self.run = agent.init(project="bench", name="bench-log-noagent", agent=closed_port_url())
+        self.run = ph.init(project="bench", name="bench-log-noagent", agent=closed_port_url())
         self.log = self.run.log
 
     def close(self, logged: int) -> dict[str, Any]:

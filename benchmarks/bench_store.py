@@ -20,8 +20,8 @@ import numpy as np
 import sqlite_utils
 from _common import median, write_result
 
-from agent.node.journal import Store
-from agent.wire.records import encode_records
+from pilothouse.node.journal import Store
+from pilothouse.wire.records import encode_records
 
 METRICS = [f"layer{i:02d}/grad_norm" for i in range(100)]
 BATCH = 1000  # records per trainer batch, as the outbox sends under load

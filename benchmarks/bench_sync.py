@@ -20,14 +20,14 @@ import time
 
 from _common import AgentProcess, closed_port_url, median, percentile, table, write_result
 
-import agent
-from agent.client import Client
+import pilothouse as ph
+from pilothouse.client import Client
 
 CALLS = 200_000
 TRAINER = textwrap.dedent("""
     import sys, time
-    import agent
-    run = agent.init(project="bench", name="sync", agent=sys.argv[1], config={"lr": 1e-3})
+    import pilothouse as ph
+    run = ph.init(project="bench", name="sync", agent=sys.argv[1], config={"lr": 1e-3})
     print(run.id, flush=True)
     delay = float(sys.argv[2])
     step = 0
@@ -40,7 +40,7 @@ TRAINER = textwrap.dedent("""
 
 
 def sync_cost(trials: int) -> dict:
-    run = agent.init(project="bench", name="sync-idle", agent=closed_port_url())
+    run = ph.init(project="bench", name="sync-idle", agent=closed_port_url())
 
     def empty(step: int) -> None:
         return None

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 from _common import RESULTS, AgentProcess, median, table, write_result
 
-import agent
-from agent.client import Client
-from agent.wire.entries import entry_points
+import pilothouse as ph
+from pilothouse.client import Client
+from pilothouse.wire.entries import entry_points
 
 TARGET = 1_000_000  # points/s per agent (the issue's target; stretch 5M)
 STALL_SECONDS = 60.0  # the reader gives up (and reports loss) after this long without a new point
@@ -55,7 +55,7 @@ def trainer(url: str, run_id: str, n_metrics: int, steps: int, go: multiprocessi
     """Log ``steps`` steps of ``n_metrics`` values (value = step + metric index), then finish."""
     names = metric_names(n_metrics)
     offsets = np.arange(n_metrics, dtype=np.float64)
-    run = agent.init(project="bench", name=run_id, id=run_id, agent=url)
+    run = ph.init(project="bench", name=run_id, id=run_id, agent=url)
     conn.send("ready")
     go.wait()
     t0, cpu0 = time.time(), time.process_time()

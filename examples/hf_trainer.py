@@ -17,8 +17,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
 
-import agent  # noqa: E402
-from agent.hf import PilothouseCallback  # noqa: E402
+import pilothouse as ph  # noqa: E402
+from pilothouse.hf import PilothouseCallback  # noqa: E402
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    run = agent.init(project="examples", name="hf-trainer", config={"learning_rate": 5e-4, "weight_decay": 0.01},
+    run = ph.init(project="examples", name="hf-trainer", config={"learning_rate": 5e-4, "weight_decay": 0.01},
                      agent=args.agent)
     print(run.id, flush=True)
     model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=32))

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-import agent
+import pilothouse as ph
 
 
 def main() -> None:
@@ -24,15 +24,15 @@ def main() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    run = agent.init(project="examples", name="pytorch-loop", config={"lr": 0.05, "momentum": 0.9},
+    run = ph.init(project="examples", name="pytorch-loop", config={"lr": 0.05, "momentum": 0.9},
                      agent=args.agent)
-    agent.torch.bind_optimizer(run, optimizer)  # lr and momentum follow run.config
+    ph.torch.bind_optimizer(run, optimizer)  # lr and momentum follow run.config
     print(run.id, flush=True)
     target = torch.randn(8, 1)
     for step in range(args.steps):
         ctl = run.sync(step)
         if ctl.checkpoint:
-            agent.torch.save_checkpoint(run, model, optimizer, step, directory=args.checkpoint_dir)
+            ph.torch.save_checkpoint(run, model, optimizer, step, directory=args.checkpoint_dir)
         if ctl.stop:
             break
         started = time.perf_counter()

@@ -13,7 +13,7 @@ import math
 import random
 import time
 
-import agent
+import pilothouse as ph
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--agent", default=None, help="agent URL (default: local agent, started if absent)")
     args = parser.parse_args()
 
-    run = agent.init(project="quickstart", name="quickstart", config={"lr": 3e-6, "kl_coef": 0.05},
+    run = ph.init(project="quickstart", name="quickstart", config={"lr": 3e-6, "kl_coef": 0.05},
                      agent=args.agent)
     print(f"run {run.id}: watch it with `pilothouse tail {run.id}`", flush=True)
     for step in range(args.steps):

@@ -1,4 +1,4 @@
-"""Multi-rank: every rank calls agent.init and run.sync; all ranks pause, change lr and stop together.
+"""Multi-rank: every rank calls ph.init and run.sync; all ranks pause, change lr and stop together.
 
     torchrun --nproc_per_node 2 examples/torchrun_ddp.py [--steps 300] [--agent URL]
     pilothouse pause ddp      # every rank holds at the same step
@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-import agent
+import pilothouse as ph
 
 
 def main() -> None:
@@ -23,10 +23,10 @@ def main() -> None:
 
     dist.init_process_group("gloo")
     torch.manual_seed(dist.get_rank())
-    run = agent.init(project="examples", name="ddp", config={"lr": 0.05}, agent=args.agent)  # on every rank
+    run = ph.init(project="examples", name="ddp", config={"lr": 0.05}, agent=args.agent)  # on every rank
     model = DistributedDataParallel(torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=run.config["lr"])
-    agent.torch.bind_optimizer(run, optimizer)
+    ph.torch.bind_optimizer(run, optimizer)
     if run.rank == 0:
         print(run.id, flush=True)
     for step in range(args.steps):

@@ -1,4 +1,4 @@
-"""``python -m gui [--agent URL ...] [--store FILE] [--keys DIR]``: the desktop app (``pilothouse gui`` runs this)."""
+"""``python -m pilothouse.gui [--agent URL ...] [--store FILE] [--keys DIR]``: the desktop app (``pilothouse gui`` runs this)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import argparse
 import os
 import sys
 
-from agent.security import ENV_KEYS, SecurityError, client_keys
-from agent.text import url_arg
+from pilothouse.security import ENV_KEYS, SecurityError, client_keys
+from pilothouse.text import url_arg
 
 
 def main(argv: list[str] | None = None) -> int:

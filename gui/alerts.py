@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from agent.wire.alert_rules import KINDS as RULE_KINDS
+from pilothouse.wire.alert_rules import KINDS as RULE_KINDS
 
 from .models import RunKey
 

@@ -25,8 +25,8 @@ import numpy as np
 import platformdirs
 import sqlite_utils
 
-from agent.wire.checks import INT64_MAX
-from agent.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks
+from pilothouse.wire.checks import INT64_MAX
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks
 
 ENV_APP_DATA = "PILOTHOUSE_APP_DATA"  # a folder; the store is store.sqlite inside it
 STORE_FILE = "store.sqlite"

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.client import AgentError, Client
-from agent.security import SecurityError
-from agent.wire.entries import KIND_METRIC, Entry
-from agent.wire.messages import ProtocolError
-from agent.wire.urls import check_url
+from pilothouse.client import AgentError, Client
+from pilothouse.security import SecurityError
+from pilothouse.wire.entries import KIND_METRIC, Entry
+from pilothouse.wire.messages import ProtocolError
+from pilothouse.wire.urls import check_url
 
 from .local_store import LocalStore
 

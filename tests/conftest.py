@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.client import Client, reachable
-from agent.wire.entries import entry_body
+from pilothouse.client import Client, reachable
+from pilothouse.wire.entries import entry_body
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,7 +49,7 @@ class AgentProcess:
         self.data.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agent", "agent", "--bind", self.url, "--data", str(self.data), *self.extra],
+            [sys.executable, "-m", "pilothouse", "agent", "--bind", self.url, "--data", str(self.data), *self.extra],
             stdout=out, stderr=out, cwd=ROOT)
         out.close()
         wait_until(self.ready, timeout=20, what=f"agent on {self.url}")
@@ -109,9 +109,9 @@ def encode_dict_records(records: list) -> tuple[list[list[str]], list]:
 def start_trainer(tmp_path: Path, body: str, url: str, *args: str, name: str = "trainer") -> subprocess.Popen:
     """Run ``body`` as a real trainer script (``URL`` and ``ARGS`` are defined for it)."""
     script = tmp_path / f"{name}.py"
-    script.write_text("import sys, time, math\nimport agent\nURL = sys.argv[1]\nARGS = sys.argv[2:]\n"
+    script.write_text("import sys, time, math\nimport pilothouse as ph\nURL = sys.argv[1]\nARGS = sys.argv[2:]\n"
                       + textwrap.dedent(body))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = dict(os.environ)
     env.pop("PILOTHOUSE_AGENT", None)
     return subprocess.Popen([sys.executable, str(script), url, *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -125,10 +125,10 @@ def run_events(client: Client, run_id: str, *names: str) -> list[dict]:
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     """``pilothouse ARGS`` as a real subprocess; $PILOTHOUSE_AGENT only when ``env`` sets it."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    full_env = {**os.environ, **(env or {})}
     if not env or "PILOTHOUSE_AGENT" not in env:
         full_env.pop("PILOTHOUSE_AGENT", None)
-    return subprocess.run([sys.executable, "-m", "agent", *args], check=False, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pilothouse", *args], check=False, capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=full_env)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gui.network import Links  # noqa: E402
+from pilothouse.gui.network import Links  # noqa: E402
 
 
 def main(url: str, store_path: str) -> None:

@@ -26,10 +26,10 @@ from conftest import (
     wait_until,
 )
 
-import agent
-from agent.client import AgentError, Client
-from agent.node.alert_engine import AlertEngine, RunView, sliding_max, window_best
-from agent.wire.alert_rules import RuleError, check_rule, load_rules
+import pilothouse as ph
+from pilothouse.client import AgentError, Client
+from pilothouse.node.alert_engine import AlertEngine, RunView, sliding_max, window_best
+from pilothouse.wire.alert_rules import RuleError, check_rule, load_rules
 
 # --- the engine ----------------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ def test_a_bad_rules_file_names_the_file_the_rule_and_the_field(tmp_path):
 
 def test_init_refuses_bad_alerts_before_sending_anything(tmp_path):
     with pytest.raises(ValueError, match="pct must be"):
-        agent.init(project="p", agent=f"tcp://127.0.0.1:{free_port()}",
+        ph.init(project="p", agent=f"tcp://127.0.0.1:{free_port()}",
                    alerts=[{"name": "c", "kind": "drop", "metric": "r", "pct": -3}])
 
 
@@ -173,7 +173,7 @@ def test_init_refuses_bad_alerts_before_sending_anything(tmp_path):
 HOOK = "import json, sys; open(sys.argv[1], 'w').write(sys.stdin.read())"
 
 NAN_TRAINER = """
-run = agent.init(project="alerts", name=ARGS[0], agent=URL, heartbeat=0.2,
+run = ph.init(project="alerts", name=ARGS[0], agent=URL, heartbeat=0.2,
                  alerts=[{"name": "collapse", "kind": "drop", "metric": "reward", "pct": 30, "window": 20}])
 print(run.id, flush=True)
 bad_at = int(ARGS[1])
@@ -259,7 +259,7 @@ def test_nan_alerts_pauses_at_that_step_and_runs_the_hook(tmp_path, alert_agent)
 
 
 COLLAPSE_TRAINER = """
-run = agent.init(project="alerts", name="collapse", agent=URL, heartbeat=0.2,
+run = ph.init(project="alerts", name="collapse", agent=URL, heartbeat=0.2,
                  alerts=[{"name": "collapse", "kind": "drop", "metric": "reward", "pct": 30, "window": 50}])
 print(run.id, flush=True)
 for step in range(300):
@@ -328,7 +328,7 @@ def test_a_bad_rules_file_edit_is_refused_and_the_old_rules_keep_working(tmp_pat
 def test_an_agent_refuses_to_start_on_a_bad_rules_file(tmp_path):
     path = tmp_path / "rules.toml"
     path.write_text('[[rule]]\nname = "x"\nkind = "above"\nmetric = "kl"\n')
-    out = subprocess.run([sys.executable, "-m", "agent", "agent", "--bind", f"tcp://127.0.0.1:{free_port()}",
+    out = subprocess.run([sys.executable, "-m", "pilothouse", "agent", "--bind", f"tcp://127.0.0.1:{free_port()}",
                           "--data", str(tmp_path / "d"), "--alerts", str(path)], capture_output=True, text=True,
                          cwd=ROOT, timeout=30)
     assert out.returncode == 2 and "'x': above rules need threshold" in out.stderr, out.stderr
@@ -375,7 +375,7 @@ def test_bad_alert_commands_get_a_clear_error_and_change_nothing(agent_proc, arg
 def test_bad_alerts_in_a_hello_are_refused_and_no_run_is_made(agent_proc):
     import zmq
 
-    from agent.wire.messages import pack, unpack
+    from pilothouse.wire.messages import pack, unpack
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
@@ -395,7 +395,7 @@ def test_bad_alerts_in_a_hello_are_refused_and_no_run_is_made(agent_proc):
 # --- GPU rules (NVML faked: this machine has no NVIDIA GPU) and hooks ----------------------------------
 
 IDLE_TRAINER = """
-run = agent.init(project="alerts", name="hung", agent=URL, heartbeat=0.2)
+run = ph.init(project="alerts", name="hung", agent=URL, heartbeat=0.2)
 print(run.id, flush=True)
 for step in range(100000):
     if run.sync(step).stop:
@@ -412,8 +412,8 @@ def test_an_idle_gpu_under_a_running_job_fires_on_that_job(tmp_path):
 
     from test_sampler import fake_nvml
 
-    from agent.node.sampler import SystemSampler
-    from agent.node.server import Agent
+    from pilothouse.node.sampler import SystemSampler
+    from pilothouse.node.server import Agent
 
     nvml = fake_nvml(1)
     nvml.nvmlDeviceGetUtilizationRates = lambda h: type("U", (), {"gpu": 3, "memory": 0})()
@@ -449,7 +449,7 @@ def test_an_idle_gpu_under_a_running_job_fires_on_that_job(tmp_path):
 
 
 def test_a_hook_that_hangs_is_killed_at_its_timeout_and_a_missing_one_is_reported():
-    from agent.node.hooks import run_hook
+    from pilothouse.node.hooks import run_hook
 
     started = time.monotonic()
     result = run_hook("r1", "slow", ("sh", "-c", "sleep 30 & sleep 30"), "{}", 0.5)
@@ -462,7 +462,7 @@ def test_a_hook_that_hangs_is_killed_at_its_timeout_and_a_missing_one_is_reporte
 
 FLAG_TRAINER = """
 import os
-run = agent.init(project="alerts", name="restart", agent=URL, heartbeat=0.2)
+run = ph.init(project="alerts", name="restart", agent=URL, heartbeat=0.2)
 print(run.id, flush=True)
 for step in range(100000):
     if os.path.exists(ARGS[0] + ".stop"):

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from gui.alerts import AlertBook, Marker, firing, is_alert, place, rule_from_form, rule_text
-from gui.models import RunsModel
+from pilothouse.gui.alerts import AlertBook, Marker, firing, is_alert, place, rule_from_form, rule_text
+from pilothouse.gui.models import RunsModel
 
 A = "tcp://127.0.0.1:7766"
 T0 = 1_700_000_000.0

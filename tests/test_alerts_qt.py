@@ -22,12 +22,12 @@ from conftest import AgentProcess, finish, free_port, start_trainer  # noqa: E40
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QSystemTrayIcon  # noqa: E402
 
-from agent.client import Client
-from agent.wire.entries import Entry  # noqa: E402
-from gui._qt.alerts import RuleDialog  # noqa: E402
-from gui._qt.app import MainWindow  # noqa: E402
-from gui._qt.runs_table import COLUMNS  # noqa: E402
-from gui.local_store import LocalStore  # noqa: E402
+from pilothouse.client import Client
+from pilothouse.gui._qt.alerts import RuleDialog  # noqa: E402
+from pilothouse.gui._qt.app import MainWindow  # noqa: E402
+from pilothouse.gui._qt.runs_table import COLUMNS  # noqa: E402
+from pilothouse.gui.local_store import LocalStore  # noqa: E402
+from pilothouse.wire.entries import Entry  # noqa: E402
 
 A = "tcp://127.0.0.1:1"  # never answers: the store alone feeds the window
 
@@ -164,7 +164,7 @@ def test_rules_are_listed_added_and_removed_off_the_ui_thread(window, qtbot, age
 
 
 TRAINER = """
-run = agent.init(project="oncall", name="nan", agent=URL, heartbeat=0.2)
+run = ph.init(project="oncall", name="nan", agent=URL, heartbeat=0.2)
 print(run.id, flush=True)
 for step in range(100000):
     if run.sync(step).stop:

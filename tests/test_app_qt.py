@@ -15,11 +15,11 @@ pytest.importorskip("pytestqt")
 
 from conftest import finish, start_trainer  # noqa: E402
 
-from agent.client import Client  # noqa: E402
-from gui._qt.app import EMPTY, MainWindow  # noqa: E402
+from pilothouse.client import Client  # noqa: E402
+from pilothouse.gui._qt.app import EMPTY, MainWindow  # noqa: E402
 
 TRAINER = """
-run = agent.init(project="app", name="watched", agent=URL, config={"lr": 1e-3}, heartbeat=0.2)
+run = ph.init(project="app", name="watched", agent=URL, config={"lr": 1e-3}, heartbeat=0.2)
 print(run.id, flush=True)
 for step in range(100000):
     ctl = run.sync(step)
@@ -84,11 +84,11 @@ def test_live_run_is_listed_charted_and_paused_from_the_ui(window, qtbot, tmp_pa
 
 
 def test_two_runs_selected_are_overlaid_and_stay_selected(window, qtbot, agent_proc):
-    import agent
+    import pilothouse as ph
 
     ids = []
     for name, scale in (("lr-a", 1.0), ("lr-b", 2.0)):
-        run = agent.init(project="cmp", name=name, agent=agent_proc.url, config={"lr": scale})
+        run = ph.init(project="cmp", name=name, agent=agent_proc.url, config={"lr": scale})
         for step in range(50):
             run.log({"reward/mean": scale * step}, step=step)
         assert run.finish()
@@ -110,9 +110,9 @@ def test_two_runs_selected_are_overlaid_and_stay_selected(window, qtbot, agent_p
 
 
 def test_charts_switch_to_wall_time_and_pan_together(window, qtbot, agent_proc):
-    import agent
+    import pilothouse as ph
 
-    run = agent.init(project="axes", name="two-metrics", agent=agent_proc.url)
+    run = ph.init(project="axes", name="two-metrics", agent=agent_proc.url)
     for step in range(100):
         run.log({"loss": 1.0 / (step + 1), "kl": 0.01 * step}, step=step)
     assert run.finish()

@@ -23,9 +23,9 @@ import zmq
 from conftest import AgentProcess, encode_dict_records, free_port, wait_until
 from zmq.utils.monitor import recv_monitor_message
 
-import agent
-from agent.trainer.run import Run
-from agent.wire.messages import MAX_MESSAGE_BYTES
+import pilothouse as ph
+from pilothouse.trainer.run import Run
+from pilothouse.wire.messages import MAX_MESSAGE_BYTES
 
 torch = pytest.importorskip("torch")
 
@@ -127,7 +127,7 @@ def api_agent(tmp_path_factory):
 def wire_agent(tmp_path_factory):
     """One agent for raw-wire tests, seeded with a finished training run (rank 0) worth protecting."""
     proc = AgentProcess(tmp_path_factory.mktemp("wire") / "agent", free_port(), ["--stale-after", "3"]).start()
-    run = agent.init("seed", "seed-run", {"lr": 0.1}, agent=proc.url, id="seedrun1", heartbeat=3600)
+    run = ph.init("seed", "seed-run", {"lr": 0.1}, agent=proc.url, id="seedrun1", heartbeat=3600)
     for s, v in enumerate([0.5, float("nan"), float("inf"), -0.0, 1e308]):
         run.log({"loss": v, "acc": s / 10}, step=s)
     run.log_rollouts(4, [{"prompt": "2+2", "completion": "4", "reward": 1.0}])
@@ -173,24 +173,24 @@ BAD_NAMES = [
                                       pytest.param("", r"1 to 250 characters, got 0", id="empty"),
                                       pytest.param(None, r"must be a string, not NoneType", id="none")])
 def test_init_rejects_bad_project(api_agent, bad, why):
-    expect_rejected(lambda: agent.init(bad, "ok", agent=api_agent.url), (ValueError, TypeError),
+    expect_rejected(lambda: ph.init(bad, "ok", agent=api_agent.url), (ValueError, TypeError),
                     rf"^project .*{why}|^project {why}")
 
 
 @pytest.mark.parametrize("bad, why", BAD_NAMES)
 def test_init_rejects_bad_run_name(api_agent, bad, why):
-    expect_rejected(lambda: agent.init("proj", bad, agent=api_agent.url), (ValueError, TypeError),
+    expect_rejected(lambda: ph.init("proj", bad, agent=api_agent.url), (ValueError, TypeError),
                     rf"^run name .*{why}|^run name {why}")
 
 
 @pytest.mark.parametrize("bad", ["", 0, False], ids=["empty", "zero", "false"])
 def test_init_rejects_falsy_run_name(api_agent, bad):
-    expect_rejected(lambda: agent.init("proj", bad, agent=api_agent.url), (ValueError, TypeError), r"run name")
+    expect_rejected(lambda: ph.init("proj", bad, agent=api_agent.url), (ValueError, TypeError), r"run name")
 
 
 def test_init_accepts_names_at_the_limit(api_agent):
     name = "n" * 250
-    run = agent.init("é" * 250, name, agent=api_agent.url, heartbeat=3600)
+    run = ph.init("é" * 250, name, agent=api_agent.url, heartbeat=3600)
     run.log({"x": 1.0})
     assert run.finish(timeout=10)
     with api_agent.client() as c:
@@ -205,34 +205,34 @@ def test_init_accepts_names_at_the_limit(api_agent):
     ({"layers": [1, b"x"]}, r"config\.layers\._ has type bytes|config\.layers"),
 ], ids=["int-key", "object", "nested-set", "bytes-in-list"])
 def test_init_rejects_bad_config(api_agent, config, why):
-    expect_rejected(lambda: agent.init("proj", "cfg", config, agent=api_agent.url), TypeError, why)
+    expect_rejected(lambda: ph.init("proj", "cfg", config, agent=api_agent.url), TypeError, why)
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:7766", "tcp://127.0.0.1", "tcp://127.0.0.1:99999",
                                  "127.0.0.1:7766"])
 def test_init_rejects_bad_agent_url(url):
-    expect_rejected(lambda: agent.init("proj", "u", agent=url), ValueError, r"agent URL|URL")
+    expect_rejected(lambda: ph.init("proj", "u", agent=url), ValueError, r"agent URL|URL")
 
 
 @pytest.mark.parametrize("bad", ["has space", "semi;colon", "-leading-dash", "x" * 65, "ünï"])
 def test_init_rejects_bad_run_id(api_agent, bad):
-    expect_rejected(lambda: agent.init("proj", "n", agent=api_agent.url, id=bad), ValueError, r"run id")
+    expect_rejected(lambda: ph.init("proj", "n", agent=api_agent.url, id=bad), ValueError, r"run id")
 
 
 @pytest.mark.parametrize("bad", ["0", True, 1.5])
 def test_init_rejects_bad_rank(api_agent, bad):
-    expect_rejected(lambda: agent.init("proj", "n", agent=api_agent.url, rank=bad), (TypeError, ValueError),
+    expect_rejected(lambda: ph.init("proj", "n", agent=api_agent.url, rank=bad), (TypeError, ValueError),
                     r"rank")
 
 
 @pytest.mark.parametrize("bad", [-1, 0])
 def test_init_rejects_non_positive_buffer(api_agent, bad):
-    expect_rejected(lambda: agent.init("proj", "n", agent=api_agent.url, buffer_mb=bad), ValueError, r"buffer")
+    expect_rejected(lambda: ph.init("proj", "n", agent=api_agent.url, buffer_mb=bad), ValueError, r"buffer")
 
 
 @pytest.fixture
 def api_run(api_agent, request):
-    run = agent.init("api", request.node.name[:200], agent=api_agent.url, heartbeat=3600)
+    run = ph.init("api", request.node.name[:200], agent=api_agent.url, heartbeat=3600)
     yield run
     run.finish(timeout=1)
 
@@ -418,7 +418,7 @@ def test_log_rollouts_non_dict_row_message_says_row(api_run, row):
 
 
 def test_log_after_finish_is_an_error(api_agent):
-    run = agent.init("api", "closed", agent=api_agent.url, heartbeat=3600)
+    run = ph.init("api", "closed", agent=api_agent.url, heartbeat=3600)
     run.log({"x": 1.0})
     assert run.finish(timeout=10)
     with pytest.raises(RuntimeError, match="is finished"):
@@ -638,7 +638,7 @@ def test_wire_bad_then_good_in_one_burst(wire_agent, tmp_path):
     with RawPeer(wire_agent.url) as peer:
         for frame in (b"\xc1", msgpack.packb([1]), msgpack.packb({"t": "x"}), msgpack.packb({"t": "hb", "run": SEED})):
             peer.send(frame)
-        run = agent.init("wire", "after-burst", agent=wire_agent.url, heartbeat=3600)
+        run = ph.init("wire", "after-burst", agent=wire_agent.url, heartbeat=3600)
         for s in range(100):
             run.log({"x": float(s)}, step=s)
         assert run.finish(timeout=10)

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("pytestqt")
 pg = pytest.importorskip("pyqtgraph")
 
-from gui._qt.chart import PALETTE, ChartWidget, color_for  # noqa: E402
+from pilothouse.gui._qt.chart import PALETTE, ChartWidget, color_for  # noqa: E402
 
 N = 200_000
 
@@ -125,8 +125,8 @@ def test_mouse_move_shows_the_readout(chart):
 
 
 def test_compared_runs_keep_their_color_and_never_share_one():
-    from gui._qt.chart import PALETTE, color_for
-    from gui._qt.charts import run_colors
+    from pilothouse.gui._qt.chart import PALETTE, color_for
+    from pilothouse.gui._qt.charts import run_colors
 
     ids = [f"run{i}" for i in range(len(PALETTE))]
     colors = run_colors(ids)

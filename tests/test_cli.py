@@ -16,14 +16,14 @@ from conftest import ROOT, AgentProcess, finish, free_port, start_trainer, wait_
 from conftest import run_cli as cli
 from test_store import SPECIAL, bits
 
-import agent
-from agent.client import AgentUnavailable, Client
-from agent.wire.urls import DEFAULT_URL
+import pilothouse as ph
+from pilothouse.client import AgentUnavailable, Client
+from pilothouse.wire.urls import DEFAULT_URL
 
 
 @pytest.fixture
 def logged_run(agent_proc):
-    run = agent.init(project="grpo-math", name="lr3e-6", config={"lr": 3e-6, "kl_coef": 0.05},
+    run = ph.init(project="grpo-math", name="lr3e-6", config={"lr": 3e-6, "kl_coef": 0.05},
                      agent=agent_proc.url)
     for step, v in enumerate(SPECIAL):
         run.log({"reward/mean": v, "kl": 0.01 * step}, step=step)
@@ -66,7 +66,7 @@ def test_export_jsonl_is_standard_json_with_nonfinite_as_strings(agent_proc, log
 
 def test_tail_prints_live_steps_and_ends_with_the_run(tmp_path, agent_proc):
     trainer = start_trainer(tmp_path, """
-run = agent.init(project="t", name="tailed", agent=URL)
+run = ph.init(project="t", name="tailed", agent=URL)
 print(run.id, flush=True)
 time.sleep(1.5)
 for s in range(40):
@@ -75,7 +75,7 @@ for s in range(40):
 run.finish()
 """, agent_proc.url)
     run_id = trainer.stdout.readline().strip()
-    tail = subprocess.Popen([sys.executable, "-m", "agent", "tail", run_id, "--agent", agent_proc.url],
+    tail = subprocess.Popen([sys.executable, "-m", "pilothouse", "tail", run_id, "--agent", agent_proc.url],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     finish(trainer)
     out, err = tail.communicate(timeout=30)
@@ -106,7 +106,7 @@ def test_init_without_url_starts_the_default_local_agent(tmp_path):
     os.environ["PILOTHOUSE_DATA"] = str(tmp_path / "data")
     try:
         trainer = start_trainer(tmp_path, """
-run = agent.init(project="auto", name="started-for-me")
+run = ph.init(project="auto", name="started-for-me")
 for s in range(100):
     run.log({"x": float(s)}, step=s)
 print(run.finish(timeout=30), flush=True)

@@ -1,6 +1,6 @@
 """The ``pilothouse`` command with bad arguments: a clear message, the right exit status, nothing left behind.
 
-Reader commands run in-process through ``agent.cli.main`` (fast, real sockets to a real agent);
+Reader commands run in-process through ``pilothouse.cli.main`` (fast, real sockets to a real agent);
 the ``agent`` command and anything whose traceback matters runs as a real ``python -m agent``.
 """
 
@@ -17,8 +17,8 @@ import pytest
 import zmq
 from conftest import ROOT, AgentProcess, free_port, run_cli
 
-import agent
-from agent.cli import main
+import pilothouse as ph
+from pilothouse.cli import main
 
 
 def in_process(capsys, *args: str) -> tuple[int, str, str]:
@@ -53,7 +53,7 @@ def cli_agent(tmp_path_factory):
     proc = AgentProcess(tmp_path_factory.mktemp("cli") / "agent", free_port(), ["--stale-after", "3"]).start()
     ids = {}
     for key, name in (("solo", "solo"), ("dup1", "dup"), ("dup2", "dup")):
-        run = agent.init("cli", name, agent=proc.url, id=f"{key}id", heartbeat=3600)
+        run = ph.init("cli", name, agent=proc.url, id=f"{key}id", heartbeat=3600)
         for s in range(5):
             run.log({"x": float(s)}, step=s)
         assert run.finish(timeout=10)
@@ -142,7 +142,7 @@ def test_failed_bind_leaves_no_data_directory(cli_agent, tmp_path):
 
 def test_ipv6_loopback_bind_works(tmp_path):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "agent", "agent", "--bind", f"tcp://[::1]:{port}",
+    proc = subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--bind", f"tcp://[::1]:{port}",
                              "--data", str(tmp_path / "data")], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

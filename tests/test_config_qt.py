@@ -13,13 +13,13 @@ pytest.importorskip("PySide6")
 
 from conftest import finish, start_trainer, wait_until  # noqa: E402
 
-import agent  # noqa: E402
-from agent.client import Client  # noqa: E402
-from gui._qt.config import DIFF_COLOR, READ_ONLY_COLOR, ConfigPanel  # noqa: E402
-from gui.local_store import LocalStore  # noqa: E402
+import pilothouse as ph  # noqa: E402
+from pilothouse.client import Client  # noqa: E402
+from pilothouse.gui._qt.config import DIFF_COLOR, READ_ONLY_COLOR, ConfigPanel  # noqa: E402
+from pilothouse.gui.local_store import LocalStore  # noqa: E402
 
 TRAINER = """
-run = agent.init(project="cfg", name="tuned", agent=URL, config={"lr": 1e-3, "batch": 32}, heartbeat=0.2)
+run = ph.init(project="cfg", name="tuned", agent=URL, config={"lr": 1e-3, "batch": 32}, heartbeat=0.2)
 print(run.id, flush=True)
 for step in range(100000):
     ctl = run.sync(step)
@@ -54,7 +54,7 @@ def cell(panel: ConfigPanel, key: str, column: int = 0):
 def test_differing_rows_are_highlighted(panel, agent_proc, tmp_path):
     keys = []
     for name, lr in (("a", 0.1), ("b", 0.2)):
-        run = agent.init(project="cmp", name=name, agent=agent_proc.url,
+        run = ph.init(project="cmp", name=name, agent=agent_proc.url,
                          config={"lr": lr, "batch": 32, "opt": {"beta": lr, "eps": 1e-8}})
         assert run.finish()
         keys.append((agent_proc.url, run.id))

@@ -8,17 +8,17 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT, finish, wait_until
+from conftest import finish, wait_until
 
-from agent.client import Client
-from agent.wire.entries import KIND_ROLLOUTS
+from pilothouse.client import Client
+from pilothouse.wire.entries import KIND_ROLLOUTS
 
 
 def start_grpo(tmp_path: Path, url: str, *args: str) -> tuple[subprocess.Popen, str]:
     """The trainer as users start it; returns the process and the run id it prints first."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = dict(os.environ)
     env.pop("PILOTHOUSE_AGENT", None)
-    proc = subprocess.Popen([sys.executable, "-m", "agent.demo.grpo", "--agent", url,
+    proc = subprocess.Popen([sys.executable, "-m", "pilothouse.demo.grpo", "--agent", url,
                              "--checkpoint-dir", str(tmp_path / "ckpt"), *args],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, proc.stdout.readline().strip()

@@ -10,12 +10,12 @@ import time
 import numpy as np
 from conftest import AgentProcess, finish, free_port, start_trainer, wait_until
 
-import agent
-from agent.client import Client
-from agent.wire.entries import entry_points
+import pilothouse as ph
+from pilothouse.client import Client
+from pilothouse.wire.entries import entry_points
 
 TRAINER = """
-run = agent.init(project="dur", name=ARGS[0], agent=URL, heartbeat=0.2)
+run = ph.init(project="dur", name=ARGS[0], agent=URL, heartbeat=0.2)
 print(run.id, flush=True)
 n, delay = int(ARGS[1]), float(ARGS[2])
 for s in range(n):
@@ -113,7 +113,7 @@ def test_four_trainers_at_once_into_one_agent(tmp_path, agent_proc):
 def test_no_agent_training_continues_and_drops_are_counted_exactly(tmp_path):
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    run = agent.init(project="alone", name="no-agent", agent=url, buffer_mb=0.25)
+    run = ph.init(project="alone", name="no-agent", agent=url, buffer_mb=0.25)
     n = 20_000
     for s in range(n):
         run.log({"a": float(s), "b": 1.0, "c": 2.0}, step=s)
@@ -152,14 +152,14 @@ def test_sigkilled_trainer_shows_crashed_within_10_s(tmp_path, agent_proc):
 
 
 def test_rollouts_keep_every_step(tmp_path, agent_proc):
-    run = agent.init(project="rl", name="rollouts", agent=agent_proc.url)
+    run = ph.init(project="rl", name="rollouts", agent=agent_proc.url)
     for step in range(5):
         run.log_rollouts(step, [{"prompt": f"{step}+1=", "completion": str(step + 1), "reward": 1.0},
                                 {"prompt": f"{step}+2=", "completion": "?", "reward": 0.0}])
     assert run.finish()
     with agent_proc.client() as c:
         entries = [e for p in c.history(run.id, ["r"]) for e in p.entries]
-    from agent.wire.entries import entry_body
+    from pilothouse.wire.entries import entry_body
     bodies = [entry_body(e) for e in entries]
     assert [b["step"] for b in bodies] == [0, 1, 2, 3, 4]
     assert bodies[3]["rows"][0] == {"prompt": "3+1=", "completion": "4", "reward": 1.0}

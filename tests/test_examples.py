@@ -9,13 +9,13 @@ import sys
 import pytest
 from conftest import ROOT
 
-from agent.client import Client
+from pilothouse.client import Client
 
 pytest.importorskip("torch")
 
 
 def run_example(cmd: list[str], url: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([*cmd, "--agent", url], capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
 
 

@@ -15,10 +15,10 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtGui import QImage
 
-from agent.wire.entries import Entry
-from gui._qt.chart import ChartWidget
-from gui._qt.export import export_chart_png, export_run_csv
-from gui.local_store import LocalStore
+from pilothouse.gui._qt.chart import ChartWidget
+from pilothouse.gui._qt.export import export_chart_png, export_run_csv
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.wire.entries import Entry
 
 A = "tcp://127.0.0.1:7001"
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 1e308, 5e-324, 0.1 + 0.2, -1.5])

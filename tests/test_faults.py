@@ -20,15 +20,15 @@ import psutil
 import zmq
 from conftest import ROOT, finish, run_events, start_trainer, wait_until
 
-from agent.client import Client
-from agent.wire.entries import ENTRY_FIELDS, KIND_METRIC, entry_points
-from agent.wire.messages import pack, unpack
-from gui.local_store import LocalStore
+from pilothouse.client import Client
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.wire.entries import ENTRY_FIELDS, KIND_METRIC, entry_points
+from pilothouse.wire.messages import pack, unpack
 
 # Logs {"x": s, "y": 2s} at steps 0, 1, 2, ... until the file ARGS[1] exists, then finishes.
 UNTIL_TOLD = """
 import json, os
-run = agent.init(project="faults", name=ARGS[0], agent=URL, heartbeat=0.2)
+run = ph.init(project="faults", name=ARGS[0], agent=URL, heartbeat=0.2)
 print(run.id, flush=True)
 stop_file, delay = ARGS[1], float(ARGS[2])
 s = 0
@@ -199,7 +199,7 @@ def test_reader_process_sigkilled_3_times_local_store_holds_every_point_once(tmp
 # Logs N records of 10 scalars (each = the step) as fast as it can, timing every log() call.
 FAST = """
 import json, statistics
-run = agent.init(project="faults", name=ARGS[0], id=ARGS[0], agent=URL, heartbeat=0.2)
+run = ph.init(project="faults", name=ARGS[0], id=ARGS[0], agent=URL, heartbeat=0.2)
 n = int(ARGS[1])
 pc = time.perf_counter
 took = [0.0] * n
@@ -354,7 +354,7 @@ def test_stalled_readers_bound_agent_memory_and_leave_step_time_alone(tmp_path, 
 # --- 4. trainers SIGKILLed while paused, and while the agent is down ----------------------------------
 
 STEERED = """
-run = agent.init(project="faults", name=ARGS[0], agent=URL, heartbeat=0.2)
+run = ph.init(project="faults", name=ARGS[0], agent=URL, heartbeat=0.2)
 print(run.id, flush=True)
 for s in range(10**7):
     run.sync(s)

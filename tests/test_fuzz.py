@@ -36,8 +36,8 @@ from conftest import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import agent
-from agent.wire.messages import INBOUND, ProtocolError, decode
+import pilothouse as ph
+from pilothouse.wire.messages import INBOUND, ProtocolError, decode
 
 INT64 = st.integers(-(2 ** 63), 2 ** 64 - 1)  # all msgpack can carry
 BASE_RUN = "fuzzbase1"
@@ -70,7 +70,7 @@ class Target:
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
     proc = AgentProcess(tmp_path_factory.mktemp("fuzz") / "agent", free_port(), ["--stale-after", "3"]).start()
-    run = agent.init("fuzz", "baseline", {"lr": 3e-4, "layers": [1, 2]}, agent=proc.url, id=BASE_RUN,
+    run = ph.init("fuzz", "baseline", {"lr": 3e-4, "layers": [1, 2]}, agent=proc.url, id=BASE_RUN,
                      heartbeat=3600)
     for s in range(200):
         run.log({"loss": 1.0 / (s + 1), "odd": [float("nan"), float("-inf"), -0.0, 5e-324][s % 4]}, step=s)
@@ -141,7 +141,7 @@ def check_rejection(frame: bytes, replies: list[dict]) -> None:
 
 TRAINER = """
 import json
-run = agent.init(project="after-fuzz", name=ARGS[0], agent=URL, heartbeat=0.2)
+run = ph.init(project="after-fuzz", name=ARGS[0], agent=URL, heartbeat=0.2)
 for s in range(int(ARGS[1])):
     run.log({"x": float(s), "y": -0.5 * s, "z": float("nan") if s % 7 == 0 else s * 1e300})
 run.log_rollouts(3, [{"prompt": "p", "completion": "c", "reward": 1.0}])

@@ -1,7 +1,7 @@
 """Fuzz the app's side of the wire, and the agent's memory under fuzz and connection churn.
 
 ``test_fuzz.py`` fuzzes the agent's port.  Here the roles turn round: a fake agent (a real
-ROUTER on loopback, ``FakeAgent``) answers the app's network layer (``agent.client.Client``
+ROUTER on loopback, ``FakeAgent``) answers the app's network layer (``pilothouse.client.Client``
 and ``gui.network.AgentLink``, which writes into ``gui.local_store.LocalStore``) with
 hypothesis-drawn garbage: raw bytes, random msgpack, and replies shaped like the protocol's
 (``r``/``err``/``data``/``welcome``/``ack``...) with wrong field types, out-of-range and
@@ -41,12 +41,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_fuzz import snapshot
 
-import agent
-from agent.client import AgentError, Client
-from agent.wire.entries import Entry, Page
-from agent.wire.messages import INBOUND, MAX_MESSAGE_BYTES, ProtocolError, decode
-from gui.local_store import LocalStore
-from gui.network import AgentLink
+import pilothouse as ph
+from pilothouse.client import AgentError, Client
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.gui.network import AgentLink
+from pilothouse.wire.entries import Entry, Page
+from pilothouse.wire.messages import INBOUND, MAX_MESSAGE_BYTES, ProtocolError, decode
 
 SETTINGS = settings(deadline=None, database=None, derandomize=True, print_blob=True,
                     phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
@@ -603,7 +603,7 @@ def invalid_message(draw) -> dict:
 
 AFTER_TRAINER = """
 import json
-run = agent.init(project="after-fuzz", name=ARGS[0], agent=URL, heartbeat=0.2)
+run = ph.init(project="after-fuzz", name=ARGS[0], agent=URL, heartbeat=0.2)
 for s in range(int(ARGS[1])):
     run.log({"x": float(s), "z": float("nan") if s % 7 == 0 else s * 1e300})
 ok = run.finish(timeout=30)
@@ -640,7 +640,7 @@ def test_agent_memory_bounded_under_fuzz_and_churn(tmp_path):
     assert set(INBOUND) <= types, types
     proc = AgentProcess(tmp_path / "agent", free_port(), ["--stale-after", "3"]).start()
     try:
-        run = agent.init("fuzz", "base", {"lr": 1e-3}, agent=proc.url, id="fuzzbase2", heartbeat=3600)
+        run = ph.init("fuzz", "base", {"lr": 1e-3}, agent=proc.url, id="fuzzbase2", heartbeat=3600)
         for s in range(100):
             run.log({"loss": 1.0 / (s + 1), "odd": [float("nan"), float("-inf"), -0.0, 5e-324][s % 4]}, step=s)
         assert run.finish(timeout=10)

@@ -22,10 +22,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 import json
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
-from agent.hf import PilothouseCallback
+from pilothouse.hf import PilothouseCallback
 
 torch.manual_seed(0)
-run = agent.init("hf", name="tiny-gpt2", config={"learning_rate": 1e-3, "weight_decay": 0.01}, agent=URL,
+run = ph.init("hf", name="tiny-gpt2", config={"learning_rate": 1e-3, "weight_decay": 0.01}, agent=URL,
                  heartbeat=0.2)
 model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=16,
                                    bos_token_id=0, eos_token_id=0))

@@ -1,4 +1,5 @@
-"""The layering rule: agent/ never imports Qt, torch or the app; in gui/ only gui._qt imports Qt."""
+"""One import name, and the layering rules: import-linter contracts in pyproject.toml, checked on a
+real install of the package; ``import pilothouse`` in a trainer loads no SQLite, Qt or torch."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import ast
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
 
-QT = {"PySide6", "PyQt5", "PyQt6", "pyqtgraph", "shiboken6"}
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+FOLDERS = {"pilothouse": ROOT / "agent", "pilothouse.gui": ROOT / "gui"}
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -24,29 +27,77 @@ def imported_roots(path: Path) -> set[str]:
     return roots
 
 
-@pytest.mark.parametrize("package", ["agent", "gui"])
-def test_only_the_qt_layer_imports_qt(package):
-    offenders = {}
-    for path in sorted((ROOT / package).rglob("*.py")):
-        if package == "gui" and "_qt" in path.relative_to(ROOT / package).parts:
-            continue
-        forbidden = QT | ({"gui"} if package == "agent" else set())
-        bad = imported_roots(path) & forbidden
-        if bad:
-            offenders[str(path.relative_to(ROOT))] = sorted(bad)
-    assert not offenders, f"layering broken: {offenders}"
+def source_modules() -> set[str]:
+    """Every module of the checkout under the name it is installed as."""
+    names = set()
+    for prefix, folder in FOLDERS.items():
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if prefix == "pilothouse" and parts[0] == "gui":
+                continue
+            names.add(".".join((prefix, *parts)).removesuffix(".__init__"))
+    return names
 
 
-def test_import_agent_is_cheap_and_pulls_in_no_qt_or_torch():
-    code = ("import sys, agent, agent.client, agent.node.server, agent.cli\n"
-            "bad = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'PySide6', 'pyqtgraph', 'gui'})\n"
-            "print(','.join(bad))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert out.stdout.strip() == ""
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """``pip install .`` (not editable) into a folder of its own: what a user gets from a wheel."""
+    target = tmp_path_factory.mktemp("site")
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                          "--target", str(target), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return target
 
 
-def test_import_linter_contracts_hold():
+def test_one_top_level_name_holds_every_module(installed):
+    tops = {p.name for p in installed.iterdir() if not p.name.endswith(".dist-info") and p.name != "bin"}
+    assert tops == {"pilothouse"}
+    modules = {".".join(p.relative_to(installed).with_suffix("").parts).removesuffix(".__init__")
+               for p in (installed / "pilothouse").rglob("*.py")}
+    assert modules == source_modules(), "a package is missing from [tool.setuptools] packages"
+
+
+def test_no_agent_or_gui_module_outside_the_checkout(tmp_path):
+    """The editable install maps both folders into ``pilothouse`` and nothing else."""
+    code = ("import importlib.util, pilothouse, pilothouse.gui\n"
+            "print(importlib.util.find_spec('agent'), importlib.util.find_spec('gui'), pilothouse.gui.__file__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
+    agent, gui, path = out.stdout.split()
+    assert (agent, gui) == ("None", "None")
+    assert Path(path) == ROOT / "gui" / "__init__.py"
+
+
+def test_import_linter_contracts_hold(installed, tmp_path):
     lint = shutil.which("lint-imports")
     assert lint, "import-linter is part of the test extra"
-    out = subprocess.run([lint], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run([lint, str(ROOT / "pyproject.toml"), "--no-cache"], capture_output=True,
+                         text=True, cwd=tmp_path, env={"PYTHONPATH": str(installed), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
+
+
+def test_contracts_name_every_module():
+    """A new module must fall under the rules: the agent side's contract lists every top-level
+    module and folder of agent/, the Qt contract every plain module of gui/."""
+    contracts = {c["name"]: c for c in PYPROJECT["tool"]["importlinter"]["contracts"]}
+    agent_side = set(contracts["the agent side never imports Qt or the app"]["source_modules"])
+    tops = {f"pilothouse.{p.stem}" for p in (ROOT / "agent").iterdir()
+            if p.suffix == ".py" and p.stem not in ("__init__", "__main__") or (p / "__init__.py").exists()}
+    assert agent_side == tops
+    plain = set(contracts["in the app only gui._qt imports Qt"]["source_modules"])
+    assert plain == {f"pilothouse.gui.{p.stem}" for p in (ROOT / "gui").glob("*.py")
+                     if p.stem not in ("__init__", "__main__")}
+
+
+def test_import_pilothouse_is_cheap(tmp_path):
+    """A trainer's ``import pilothouse`` (and ``init``'s own imports) load no SQLite, Qt or torch; the
+    CLI and the node agent load no Qt or torch."""
+    heavy = "{'sqlite3', 'sqlite_utils', 'torch', 'transformers', 'PySide6', 'pyqtgraph', 'shiboken6'}"
+    code = ("import sys, pilothouse\n"
+            f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy})))\n"
+            "import pilothouse.client, pilothouse.node.server, pilothouse.cli\n"
+            f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
+    trainer, agent = out.stdout.splitlines()
+    assert trainer == ""
+    assert agent == "sqlite3,sqlite_utils"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgpack
 import numpy as np
 
-from agent.wire.entries import Entry
-from gui.local_store import ENV_APP_DATA, STORE_FILE, LocalStore, default_path
+from pilothouse.gui.local_store import ENV_APP_DATA, STORE_FILE, LocalStore, default_path
+from pilothouse.wire.entries import Entry
 
 A, B = "tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002"
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 1e308, 5e-324, 1.5])

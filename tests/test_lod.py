@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gui.lod import Ema, Series, ema
+from pilothouse.gui.lod import Ema, Series, ema
 
 N = 1_000_000
 

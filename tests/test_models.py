@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gui.models import RunRow, RunsModel, config_diff, metric_groups
+from pilothouse.gui.models import RunRow, RunsModel, config_diff, metric_groups
 
 
 def run(agent: str, id: str, status: str, name: str = "", created: float = 0.0, **extra) -> dict:

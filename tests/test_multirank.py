@@ -10,9 +10,9 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, wait_until
+from conftest import wait_until
 
-from agent.client import Client
+from pilothouse.client import Client
 
 torch = pytest.importorskip("torch")
 
@@ -21,11 +21,11 @@ SCRIPT = """
 import json, sys, time
 import torch
 import torch.distributed as dist
-import agent
+import pilothouse as ph
 
 dist.init_process_group("gloo")
 url, out = sys.argv[1], sys.argv[2]
-run = agent.init(project="ddp", name="four-ranks", agent=url, config={"lr": 0.1}, heartbeat=0.2)
+run = ph.init(project="ddp", name="four-ranks", agent=url, config={"lr": 0.1}, heartbeat=0.2)
 rank = dist.get_rank()
 if rank == 0:
     print(run.id, flush=True)
@@ -66,7 +66,7 @@ def traces(folder) -> list[list[dict]]:
 def test_four_ranks_act_at_the_same_step(tmp_path, agent_proc):
     script = tmp_path / "ddp.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
                             f"--nproc_per_node={WORLD}", str(script), agent_proc.url, str(tmp_path)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)

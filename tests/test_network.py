@@ -9,11 +9,11 @@ import time
 import numpy as np
 from conftest import finish, free_port, start_trainer, wait_until
 
-from gui.local_store import LocalStore
-from gui.network import AgentLink, Links
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.gui.network import AgentLink, Links
 
 TRAINER = """
-run = agent.init(project="net", name=ARGS[0], agent=URL, heartbeat=0.2)
+run = ph.init(project="net", name=ARGS[0], agent=URL, heartbeat=0.2)
 print(run.id, flush=True)
 n, delay = int(ARGS[1]), float(ARGS[2])
 for s in range(n):

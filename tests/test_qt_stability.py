@@ -17,7 +17,7 @@ import os
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 import numpy as np
 from PySide6.QtWidgets import QApplication
-from gui._qt.chart import ChartWidget
+from pilothouse.gui._qt.chart import ChartWidget
 app = QApplication([])
 chart = ChartWidget()
 chart.resize(600, 300)

@@ -7,9 +7,9 @@ import math
 import msgpack
 import pytest
 
-from agent.wire.entries import Entry
-from gui.local_store import LocalStore
-from gui.rollouts import Query, RolloutIndex, pair, reward
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.gui.rollouts import Query, RolloutIndex, pair, reward
+from pilothouse.wire.entries import Entry
 
 A = "tcp://127.0.0.1:7001"
 

@@ -11,10 +11,10 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from agent.client import Client
-from agent.wire.entries import KIND_ROLLOUTS
-from gui._qt.rollouts import CELL_CHARS, RolloutsPanel
-from gui.local_store import LocalStore
+from pilothouse.client import Client
+from pilothouse.gui._qt.rollouts import CELL_CHARS, RolloutsPanel
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.wire.entries import KIND_ROLLOUTS
 
 PROMPTS = ("What is 2+2?", "Name a colour", "Capital of France")
 LONG = "because " * 100  # longer than a table cell
@@ -22,9 +22,9 @@ LONG = "because " * 100  # longer than a table cell
 
 def log_run(url: str, name: str, steps: range, answer: str):
     """A trainer that logs three rollouts per step; returns the still open run."""
-    import agent
+    import pilothouse as ph
 
-    run = agent.init(project="rl", name=name, agent=url)
+    run = ph.init(project="rl", name=name, agent=url)
     for step in steps:
         run.log_rollouts(step, [{"prompt": p, "completion": f"{answer} {i} at {step} {LONG}", "reward": i / 2}
                                 for i, p in enumerate(PROMPTS)])

@@ -13,7 +13,7 @@ import types
 import pytest
 from conftest import wait_until
 
-from agent.node.sampler import SystemSampler
+from pilothouse.node.sampler import SystemSampler
 
 
 def test_real_nvml_on_a_node_without_gpu_is_a_normal_state(caplog):

@@ -33,21 +33,21 @@ from conftest import (
 )
 from test_layering import imported_roots
 
-from agent.client import AgentError, AgentUnavailable, Client, reachable
-from agent.security import (
+from pilothouse.client import AgentError, AgentUnavailable, Client, reachable
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.gui.network import AgentLink
+from pilothouse.security import (
     CurveListener,
     Keyring,
     SecurityError,
     secure_client,
     secure_server,
 )
-from agent.wire.messages import pack, unpack
-from agent.wire.urls import DEFAULT_PORT, DEFAULT_URL
-from gui.local_store import LocalStore
-from gui.network import AgentLink
+from pilothouse.wire.messages import pack, unpack
+from pilothouse.wire.urls import DEFAULT_PORT, DEFAULT_URL
 
 LOOP = """
-run = agent.init(project="sec", name="guarded", agent=URL, heartbeat=0.2, config={"lr": 0.1})
+run = ph.init(project="sec", name="guarded", agent=URL, heartbeat=0.2, config={"lr": 0.1})
 print(run.id, flush=True)
 for step in range(100000):
     ctl = run.sync(step)
@@ -188,7 +188,7 @@ def loopback(ip: str) -> bool:
 def test_default_agent_start_listens_on_loopback_only(tmp_path):
     if reachable(DEFAULT_URL):
         pytest.skip(f"another agent already holds the default port {DEFAULT_URL}")
-    proc = subprocess.Popen([sys.executable, "-m", "agent", "agent", "--data", str(tmp_path / "d")], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--data", str(tmp_path / "d")], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: reachable(DEFAULT_URL), what="the agent on its default address")

@@ -9,11 +9,11 @@ import pytest
 from conftest import finish, run_events, start_trainer, wait_until
 from conftest import run_cli as cli
 
-from agent.client import Client
+from pilothouse.client import Client
 
 LOOP = """
 import json, os, tempfile
-run = agent.init(project="steer", name=ARGS[0], agent=URL, heartbeat=0.2,
+run = ph.init(project="steer", name=ARGS[0], agent=URL, heartbeat=0.2,
                  config={"lr": 1e-3, "kl_coef": 0.05, "group_size": 8, "mode": "grpo"},
                  tunable={"lr": {"min": 0.0, "max": 1.0}, "kl_coef": None, "group_size": {"choices": [4, 8, 16]},
                           "mode": None})
@@ -177,9 +177,9 @@ def test_commands_to_a_crashed_trainer_are_closed(tmp_path, agent_proc):
 
 
 def test_a_checkpoint_saved_unasked_is_recorded_even_right_after_init(agent_proc):
-    import agent
+    import pilothouse as ph
 
-    run = agent.init(project="steer", name="eager", agent=agent_proc.url)
+    run = ph.init(project="steer", name="eager", agent=agent_proc.url)
     run.checkpoint_saved("/ckpt/eager-7.pt", 7)  # before the agent even heard the hello
     assert run.finish()
     with Client(agent_proc.url) as c:

@@ -8,9 +8,9 @@ import struct
 import numpy as np
 import pytest
 
-from agent.node.journal import Store
-from agent.wire.messages import ProtocolError, pack, unpack
-from agent.wire.records import encode_records
+from pilothouse.node.journal import Store
+from pilothouse.wire.messages import ProtocolError, pack, unpack
+from pilothouse.wire.records import encode_records
 
 SPECIAL = [math.nan, math.inf, -math.inf, -0.0, 1e308, 5e-324, 0.1]
 HELLO = {"run": "r1", "rank": 0, "project": "p", "name": "n", "config": {"lr": 3e-4}, "host": "h", "pid": 1}

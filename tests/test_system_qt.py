@@ -16,12 +16,12 @@ pytest.importorskip("PySide6")
 from conftest import free_port, wait_until  # noqa: E402
 from test_sampler import fake_nvml  # noqa: E402
 
-from agent.client import Client  # noqa: E402
-from agent.node.sampler import SystemSampler  # noqa: E402
-from agent.node.server import Agent  # noqa: E402
-from agent.wire.entries import KIND_METRIC  # noqa: E402
-from gui._qt.system import CPU, GPU_MEM, GPU_POWER, GPU_TEMP, GPU_UTIL, RAM, SystemPanel  # noqa: E402
-from gui.local_store import LocalStore  # noqa: E402
+from pilothouse.client import Client  # noqa: E402
+from pilothouse.gui._qt.system import CPU, GPU_MEM, GPU_POWER, GPU_TEMP, GPU_UTIL, RAM, SystemPanel  # noqa: E402
+from pilothouse.gui.local_store import LocalStore  # noqa: E402
+from pilothouse.node.sampler import SystemSampler  # noqa: E402
+from pilothouse.node.server import Agent  # noqa: E402
+from pilothouse.wire.entries import KIND_METRIC  # noqa: E402
 
 
 def copy_all(client: Client, store: LocalStore, url: str, after: int = 0) -> list:

@@ -17,15 +17,15 @@ import torch
 from conftest import run_events as events
 from conftest import wait_until
 
-import agent
-from agent.client import Client
-from agent.torch import bind_optimizer, save_checkpoint
+import pilothouse as ph
+from pilothouse.client import Client
+from pilothouse.torch import bind_optimizer, save_checkpoint
 
 
 class Loop:
     """A small real training loop, on a thread, that calls ``run.sync`` every step until stopped."""
 
-    def __init__(self, run: agent.Run, scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
+    def __init__(self, run: ph.Run, scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
                  on_checkpoint: Callable[[Loop, int], None] | None = None, max_steps: int = 3000):
         torch.manual_seed(0)
         self.run = run
@@ -74,7 +74,7 @@ class Loop:
 
 
 def start(agent_proc, name: str, config: dict, **loop_args) -> Loop:
-    run = agent.init("steer", name=name, config=config, agent=agent_proc.url, heartbeat=0.2)
+    run = ph.init("steer", name=name, config=config, agent=agent_proc.url, heartbeat=0.2)
     with agent_proc.client() as c:  # commands name a run the agent knows
         wait_until(lambda: any(r["id"] == run.id for r in c.runs()), what="the run's hello")
     return Loop(run, **loop_args)
@@ -175,7 +175,7 @@ def test_a_failed_save_leaves_the_previous_file_whole_and_no_partial_one(agent_p
 
 
 def test_rank_other_than_zero_saves_only_with_all_ranks(agent_proc, tmp_path):
-    run = agent.init("steer", name="rank1", agent=agent_proc.url, rank=1)
+    run = ph.init("steer", name="rank1", agent=agent_proc.url, rank=1)
     model, folder = torch.nn.Linear(2, 2), tmp_path / "ckpt"
     assert save_checkpoint(run, model, step=3, directory=folder) is None and not folder.exists()
     path = save_checkpoint(run, model, step=3, directory=folder, all_ranks=True)

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-import agent
-from agent.client import AgentError, Client
-from agent.wire.tuning import build_schema, parse_assignment, validate_changes
+import pilothouse as ph
+from pilothouse.client import AgentError, Client
+from pilothouse.wire.tuning import build_schema, parse_assignment, validate_changes
 
 CONFIG = {"lr": 1e-5, "kl_coef": 0.05, "group_size": 8, "use_kl": True, "mode": "grpo", "layers": [1, 2]}
 
@@ -100,7 +100,7 @@ def test_at_step_is_only_for_set(agent_proc, target):
 
 @pytest.fixture
 def target(agent_proc):
-    run = agent.init(project="p", name="target", agent=agent_proc.url, config={"lr": 1e-3})
+    run = ph.init(project="p", name="target", agent=agent_proc.url, config={"lr": 1e-3})
     run.log({"x": 1.0}, step=0)
     assert run.flush()  # the agent knows the run
     yield run

@@ -7,12 +7,12 @@ import argparse
 import os
 import sys
 
-from agent.cli import alerts, app, keys, read, serve, steer
-from agent.cli.common import EXIT_ERROR, EXIT_USAGE, Command, positive
-from agent.client import AgentError
-from agent.security import ENV_KEYS, SecurityError
-from agent.text import url_arg
-from agent.wire.urls import DEFAULT_URL, ENV_AGENT
+from pilothouse.cli import alerts, app, keys, read, serve, steer
+from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Command, positive
+from pilothouse.client import AgentError
+from pilothouse.security import ENV_KEYS, SecurityError
+from pilothouse.text import url_arg
+from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,10 +8,10 @@ import sys
 import time
 from typing import Any
 
-from agent.cli.common import EXIT_USAGE, Reader
-from agent.client import Client
-from agent.security import Keyring
-from agent.wire.tuning import parse_assignment
+from pilothouse.cli.common import EXIT_USAGE, Reader
+from pilothouse.client import Client
+from pilothouse.security import Keyring
+from pilothouse.wire.tuning import parse_assignment
 
 
 def add_parser(reader: Reader) -> None:
@@ -47,7 +47,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
                 print(_rule_line(rule))
             if not rules and not args.json:
                 print("no alert rules: add one with `pilothouse alerts add NAME KIND KEY=VALUE...`, "
-                      "start the agent with --alerts FILE, or pass alerts=[...] to agent.init")
+                      "start the agent with --alerts FILE, or pass alerts=[...] to pilothouse.init")
         else:
             data = client.alerts()
             if args.json:

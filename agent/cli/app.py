@@ -24,11 +24,11 @@ DEMO_RUNS = (("lr3e-3", ["--lr", "3e-3", "--kl-coef", "0.05"]), ("lr1e-2", ["--l
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """An agent on a free loopback port, two GRPO runs with different hyperparameters, and the app."""
-    from agent.demo.launch import run_demo
+    from pilothouse.demo.launch import run_demo
 
     return run_demo(args.steps, args.data, headless=args.headless, runs=DEMO_RUNS)
 
 
 def cmd_gui(args: argparse.Namespace) -> int:
     """The app runs as its own module, so this command never imports Qt (GPU nodes lack it)."""
-    return subprocess.call([sys.executable, "-m", "gui", *args.gui_args])
+    return subprocess.call([sys.executable, "-m", "pilothouse.gui", *args.gui_args])

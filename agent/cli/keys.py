@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from agent.security import Keyring
-from agent.text import url_arg
+from pilothouse.security import Keyring
+from pilothouse.text import url_arg
 
 
 def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParser) -> None:

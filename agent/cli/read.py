@@ -6,11 +6,11 @@ import argparse
 import json
 import sys
 
-from agent.cli.common import EXIT_ERROR, Reader
-from agent.client import Client
-from agent.security import Keyring
-from agent.text import event_line, fmt_value, tail_lines, write_points
-from agent.wire.entries import KIND_EVENT, KIND_METRIC, entry_body
+from pilothouse.cli.common import EXIT_ERROR, Reader
+from pilothouse.client import Client
+from pilothouse.security import Keyring
+from pilothouse.text import event_line, fmt_value, tail_lines, write_points
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, entry_body
 
 
 def add_parsers(reader: Reader) -> None:
@@ -42,7 +42,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print()
         return 0
     if not runs:
-        print(f"no runs yet on {args.agent}: add `run = agent.init(project=..., name=...)` to a training script")
+        print(f"no runs yet on {args.agent}: add `run = pilothouse.init(project=..., name=...)` to a training script")
         return 0
     rows = [("ID", "RUN", "STATUS", "STEP", "HOST", "LOST", "ALERTS", "LAST VALUES")]
     for r in runs:

@@ -7,11 +7,11 @@ import logging
 import sqlite3
 import sys
 
-from agent.cli.common import EXIT_ERROR, EXIT_USAGE, positive
-from agent.paths import default_data_dir
-from agent.security import Keyring
-from agent.text import url_arg
-from agent.wire.urls import DEFAULT_URL
+from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, positive
+from pilothouse.paths import default_data_dir
+from pilothouse.security import Keyring
+from pilothouse.text import url_arg
+from pilothouse.wire.urls import DEFAULT_URL
 
 
 def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParse
 def cmd_agent(args: argparse.Namespace) -> int:
     import zmq
 
-    from agent.node.server import Agent
+    from pilothouse.node.server import Agent
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     data = args.data or default_data_dir()

@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from agent.cli.common import EXIT_ERROR, Reader
-from agent.client import Client
-from agent.security import Keyring
-from agent.wire.tuning import parse_assignment
+from pilothouse.cli.common import EXIT_ERROR, Reader
+from pilothouse.client import Client
+from pilothouse.security import Keyring
+from pilothouse.wire.tuning import parse_assignment
 
 
 def add_parsers(reader: Reader) -> None:

@@ -1,1 +1,1 @@
-"""Demo trainers and the ``pilothouse demo`` launcher (the trainers import torch; ``import agent`` does not)."""
+"""Demo trainers and the ``pilothouse demo`` launcher (the trainers import torch; ``import pilothouse`` does not)."""

@@ -3,7 +3,7 @@
 It trains from scratch on a CPU in well under a minute, so the reward visibly rises, and
 every steerable knob (lr, kl_coef, temperature) changes what the curves do.
 
-    python -m agent.demo.grpo --agent tcp://127.0.0.1:7766 --name a [--steps 2000]
+    python -m pilothouse.demo.grpo --agent tcp://127.0.0.1:7766 --name a [--steps 2000]
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-import agent
-import agent.torch
+import pilothouse as ph
 
 DIGITS = "0123456789"
 SEP, EOS = "=", "."
@@ -114,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)  # tiny matrices: more threads only add contention
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    run = agent.init(project=args.project, name=args.name, agent=args.agent,
+    run = ph.init(project=args.project, name=args.name, agent=args.agent,
                      config={"lr": args.lr, "kl_coef": args.kl_coef, "temperature": args.temperature,
                              "group_size": args.group, "seed": args.seed},
                      tunable={"lr": {"min": 0.0, "max": 1.0}, "kl_coef": {"min": 0.0, "max": 10.0},
@@ -126,14 +125,14 @@ def main(argv: list[str] | None = None) -> None:
     reference.load_state_dict(policy.state_dict())
     reference.requires_grad_(False)
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.lr)
-    agent.torch.bind_optimizer(run, optimizer)
+    ph.torch.bind_optimizer(run, optimizer)
     checkpoints = Path(args.checkpoint_dir) / run.id
     group = run.config["group_size"]
 
     for step in range(args.steps):
         ctl = run.sync(step)
         if ctl.checkpoint:
-            agent.torch.save_checkpoint(run, policy, optimizer, step, directory=checkpoints)
+            ph.torch.save_checkpoint(run, policy, optimizer, step, directory=checkpoints)
         if ctl.stop:
             break
         started = time.perf_counter()

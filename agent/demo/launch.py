@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.client import AgentUnavailable, Client, reachable
+from pilothouse.client import AgentUnavailable, Client, reachable
 
 
 def _free_url() -> str:
@@ -38,13 +38,13 @@ def run_demo(steps: int, data: str | None, *, headless: bool, runs: tuple[tuple[
     folder = Path(data) if data else Path(tempfile.mkdtemp(prefix="pilothouse-demo-"))
     url = _free_url()
     procs: list[subprocess.Popen] = []
-    agent = subprocess.Popen([sys.executable, "-m", "agent", "agent", "--bind", url, "--data", str(folder / "agent"),
+    agent = subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--bind", url, "--data", str(folder / "agent"),
                               "--log-level", "WARNING"])
     try:
         _wait_for_agent(url, agent)
         print(f"demo agent on {url} (data in {folder})", flush=True)
         for name, extra in runs:
-            procs.append(subprocess.Popen([sys.executable, "-m", "agent.demo.grpo", "--agent", url, "--name", name,
+            procs.append(subprocess.Popen([sys.executable, "-m", "pilothouse.demo.grpo", "--agent", url, "--name", name,
                                            "--steps", str(steps), "--checkpoint-dir", str(folder / "checkpoints"),
                                            *extra], stdout=subprocess.DEVNULL))
         names = " ".join(name for name, _ in runs)
@@ -57,7 +57,7 @@ def run_demo(steps: int, data: str | None, *, headless: bool, runs: tuple[tuple[
         if headless:
             codes = [p.wait() for p in procs]
         else:
-            subprocess.call([sys.executable, "-m", "gui", "--agent", url, "--store", str(folder / "app.sqlite")])
+            subprocess.call([sys.executable, "-m", "pilothouse.gui", "--agent", url, "--store", str(folder / "app.sqlite")])
             codes = [0]
         with Client(url) as client:
             for run in client.runs():

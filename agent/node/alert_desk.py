@@ -2,7 +2,7 @@
 
 A mixin of ``Agent`` (like ``CommandDesk``).  Rules come from the ``--alerts`` TOML file
 (re-read when it changes; a bad file is reported and the previous rules stay), from a trainer's
-hello (``agent.init(alerts=[...])``) and from clients (`pilothouse alerts add`, the app); the
+hello (``pilothouse.init(alerts=[...])``) and from clients (`pilothouse alerts add`, the app); the
 last two are kept in the journal database so they survive a restart.  Each edge of an episode is
 an ``alert`` event in the run's journal, committed with the data that caused it, so every
 connected app sees it in its stream; a firing rule may pause the run through the same
@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import numpy as np
 
-from agent.node.alert_engine import Alert, AlertEngine, RunView
-from agent.node.hooks import HookRunner
-from agent.wire.alert_rules import Rule, RuleError, check_rule, check_rules, load_rules
-from agent.wire.entries import KIND_METRIC
+from pilothouse.node.alert_engine import Alert, AlertEngine, RunView
+from pilothouse.node.hooks import HookRunner
+from pilothouse.wire.alert_rules import Rule, RuleError, check_rule, check_rules, load_rules
+from pilothouse.wire.entries import KIND_METRIC
 
 if TYPE_CHECKING:
-    from agent.node.journal import Store
-    from agent.node.server import Liveness
+    from pilothouse.node.journal import Store
+    from pilothouse.node.server import Liveness
 
 log = logging.getLogger("pilothouse.alerts")
 

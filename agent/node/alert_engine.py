@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agent.wire.alert_rules import Rule
+from pilothouse.wire.alert_rules import Rule
 
 RuleKey = tuple[str, str, str]  # (source, scope: a run id or "" for every run, name)
 RUN_KINDS = ("stale",)  # rules about a run's liveness, not a metric

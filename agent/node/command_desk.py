@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from agent.wire.checks import check_command_id, check_int, query_arg
-from agent.wire.messages import COMMANDS
-from agent.wire.tuning import validate_changes
+from pilothouse.wire.checks import check_command_id, check_int, query_arg
+from pilothouse.wire.messages import COMMANDS
+from pilothouse.wire.tuning import validate_changes
 
 if TYPE_CHECKING:
-    from agent.node.journal import Store
-    from agent.node.server import Liveness
+    from pilothouse.node.journal import Store
+    from pilothouse.node.server import Liveness
 
 
 class CommandDesk:

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent.node.journal import Store
-from agent.wire.entries import check_kinds
-from agent.wire.messages import MAX_PAGE_POINTS
+from pilothouse.node.journal import Store
+from pilothouse.wire.entries import check_kinds
+from pilothouse.wire.messages import MAX_PAGE_POINTS
 
 MAX_CREDIT = 64
 

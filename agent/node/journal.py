@@ -20,10 +20,10 @@ import msgpack
 import numpy as np
 import sqlite_utils
 
-from agent.wire.checks import INT64_MAX
-from agent.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks
-from agent.wire.messages import ProtocolError
-from agent.wire.records import (
+from pilothouse.wire.checks import INT64_MAX
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks
+from pilothouse.wire.messages import ProtocolError
+from pilothouse.wire.records import (
     REC_CHECKPOINT,
     REC_METRICS,
     REC_ROLLOUTS,

@@ -23,24 +23,24 @@ from typing import Any, Callable, Iterator
 import psutil
 import zmq
 
-from agent import __version__
-from agent.node.alert_desk import AlertDesk
-from agent.node.command_desk import CommandDesk
-from agent.node.feed import ReaderFeed
-from agent.node.journal import Store
-from agent.node.sampler import SystemSampler
-from agent.security import CurveListener, Keyring, key_hex
-from agent.wire.alert_rules import load_rules
-from agent.wire.checks import SYSTEM_RUN_PREFIX, check_int, query_arg
-from agent.wire.entries import check_kinds
-from agent.wire.messages import (
+from pilothouse.node.alert_desk import AlertDesk
+from pilothouse.node.command_desk import CommandDesk
+from pilothouse.node.feed import ReaderFeed
+from pilothouse.node.journal import Store
+from pilothouse.node.sampler import SystemSampler
+from pilothouse.security import CurveListener, Keyring, key_hex
+from pilothouse.version import __version__
+from pilothouse.wire.alert_rules import load_rules
+from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, query_arg
+from pilothouse.wire.entries import check_kinds
+from pilothouse.wire.messages import (
     MAX_MESSAGE_BYTES,
     MAX_PAGE_POINTS,
     ProtocolError,
     decode,
     pack,
 )
-from agent.wire.urls import check_url, is_loopback
+from pilothouse.wire.urls import check_url, is_loopback
 
 log = logging.getLogger("pilothouse.agent")
 

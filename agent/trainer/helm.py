@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.wire.tuning import validate_changes
+from pilothouse.wire.tuning import validate_changes
 
 Ack = Callable[[dict[str, Any]], None]
 
@@ -63,7 +63,7 @@ class Helm:
         """At the next sync, a request the training code did not answer gets a clear rejection."""
         for cid, asked_at in self.checkpoints:
             self.ack(cid, "checkpoint", "rejected", step, f"checkpoint asked at step {asked_at} was not saved by "
-                     "the training code (call agent.torch.save_checkpoint or run.checkpoint_saved)")
+                     "the training code (call pilothouse.torch.save_checkpoint or run.checkpoint_saved)")
         self.checkpoints.clear()
 
     def apply(self, commands: list[dict], step: int) -> Control:

@@ -1,4 +1,4 @@
-"""Find the local agent, or start one in the background for ``agent.init``."""
+"""Find the local agent, or start one in the background for ``pilothouse.init``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.client import reachable
-from agent.paths import default_data_dir
+from pilothouse.client import reachable
+from pilothouse.paths import default_data_dir
 
 log = logging.getLogger("pilothouse")
 
@@ -24,7 +24,7 @@ def ensure_local_agent(url: str, data_dir: Path | None = None) -> None:
     data_dir = data_dir or default_data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
     with open(data_dir / "agent.log", "ab") as out:
-        subprocess.Popen([sys.executable, "-m", "agent", "agent", "--bind", url, "--data", str(data_dir)],
+        subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--bind", url, "--data", str(data_dir)],
                          stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
                          close_fds=True)
     log.info("pilothouse: started a local agent on %s (data in %s)", url, data_dir)

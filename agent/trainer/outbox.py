@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import msgpack
 import zmq
 
-from agent.trainer.helm import Helm
-from agent.wire.messages import ProtocolError, pack, unpack
-from agent.wire.records import REC_METRICS, encode_records
+from pilothouse.trainer.helm import Helm
+from pilothouse.wire.messages import ProtocolError, pack, unpack
+from pilothouse.wire.records import REC_METRICS, encode_records
 
 log = logging.getLogger("pilothouse.outbox")
 

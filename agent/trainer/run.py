@@ -1,4 +1,4 @@
-"""The trainer-side API: ``agent.init`` and ``Run``.
+"""The trainer-side API: ``pilothouse.init`` and ``Run``.
 
 ``Run.log`` is on the training thread's hot path, so it only checks types, stamps the
 time and appends to a deque; everything else happens on the outbox thread.
@@ -21,21 +21,21 @@ from typing import Any
 
 import psutil
 
-from agent.trainer import launcher
-from agent.trainer.collective import Broadcaster, process_group
-from agent.trainer.helm import NOTHING, Control, Helm
-from agent.trainer.outbox import Outbox
-from agent.wire.alert_rules import check_rules
-from agent.wire.checks import (
+from pilothouse.trainer import launcher
+from pilothouse.trainer.collective import Broadcaster, process_group
+from pilothouse.trainer.helm import NOTHING, Control, Helm
+from pilothouse.trainer.outbox import Outbox
+from pilothouse.wire.alert_rules import check_rules
+from pilothouse.wire.checks import (
     INT64_MAX,
     check_config,
     check_int,
     check_name,
     check_run_id,
 )
-from agent.wire.records import REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS, check_rollouts
-from agent.wire.tuning import build_schema
-from agent.wire.urls import DEFAULT_URL, ENV_AGENT, check_url
+from pilothouse.wire.records import REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS, check_rollouts
+from pilothouse.wire.tuning import build_schema
+from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT, check_url
 
 log = logging.getLogger("pilothouse")
 
@@ -53,7 +53,7 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
     """Start a run.  ``agent=None``: $PILOTHOUSE_AGENT, else the local agent (started if absent).
 
     ``alerts``: rules the agent watches for this run only, e.g. ``[{"name": "nan-loss",
-    "kind": "nonfinite", "metric": "loss", "pause": True}]`` (fields: see ``agent.wire.alert_rules``);
+    "kind": "nonfinite", "metric": "loss", "pause": True}]`` (fields: see ``pilothouse.wire.alert_rules``);
     a bad rule raises here, before anything is sent.
 
     In a torch.distributed job every rank calls this with the same arguments (it is a
@@ -120,7 +120,7 @@ class Run:
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Record scalars at ``step`` (default: the last step + 1).  Never blocks."""
         if self._closed:
-            raise RuntimeError(f"run {self.id} is finished; start a new one with agent.init()")
+            raise RuntimeError(f"run {self.id} is finished; start a new one with pilothouse.init()")
         if type(metrics) is not dict and not isinstance(metrics, Mapping):
             raise TypeError(f"metrics must be a dict of name -> number, got {type(metrics).__name__}")
         names = tuple(metrics)

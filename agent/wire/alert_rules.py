@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import math
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 KINDS: dict[str, dict[str, Any]] = {  # kind -> its own fields and their defaults (None: required)
     "nonfinite": {"metric": "*"},

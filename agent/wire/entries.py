@@ -15,8 +15,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from agent.wire.checks import INT64_MAX
-from agent.wire.messages import ProtocolError
+from pilothouse.wire.checks import INT64_MAX
+from pilothouse.wire.messages import ProtocolError
 
 KIND_METRIC = "m"
 KIND_ROLLOUTS = "r"

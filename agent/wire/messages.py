@@ -14,15 +14,15 @@ from typing import Any
 
 import msgpack
 
-from agent.wire.alert_rules import check_rules
-from agent.wire.checks import (
+from pilothouse.wire.alert_rules import check_rules
+from pilothouse.wire.checks import (
     check_command_id,
     check_config,
     check_int,
     check_name,
     check_run_id,
 )
-from agent.wire.tuning import check_schema
+from pilothouse.wire.tuning import check_schema
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ZMQ_MAXMSGSIZE on the agent's socket
 MAX_PAGE_POINTS = 200_000  # points per reply page; keeps replies far below the frame bound

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.wire.checks import check_name
-from agent.wire.messages import ProtocolError
+from pilothouse.wire.checks import check_name
+from pilothouse.wire.messages import ProtocolError
 
 # Records inside a trainer batch: [0, step, wall_time, keyset_index, values] for metrics,
 # [1, step, wall_time, rows] for rollouts; see encode_records.

@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from agent.client import CALL_ERRORS, Client
+from pilothouse.client import CALL_ERRORS, Client
 
 from ..alerts import FLOAT_FIELDS, INT_FIELDS, KIND_FIELDS, KINDS, Alert, AlertBook, rule_from_form, rule_text
 from ..models import RunKey

@@ -34,8 +34,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from agent.client import CALL_ERRORS, Client
-from agent.wire.entries import KIND_EVENT, Entry, entry_body
+from pilothouse.client import CALL_ERRORS, Client
+from pilothouse.wire.entries import KIND_EVENT, Entry, entry_body
 
 from ..alerts import Alert, AlertBook, Marker, is_alert, place
 from ..local_store import LocalStore
@@ -278,7 +278,7 @@ class MainWindow(QMainWindow):
         if key is None:
             self.events.setPlainText("")
             return
-        from agent.text import (
+        from pilothouse.text import (
             event_line,  # plain text formatting shared with `pilothouse events`
         )
 

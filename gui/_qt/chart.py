@@ -17,7 +17,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore
 
-from gui.lod import Ema, Series
+from pilothouse.gui.lod import Ema, Series
 
 # Tableau 10: distinguishable, and a run keeps its color across charts and restarts.
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from agent.wire.entries import KIND_METRIC, Entry, entry_points
+from pilothouse.wire.entries import KIND_METRIC, Entry, entry_points
 
 from ..alerts import Marker
 from ..local_store import LocalStore

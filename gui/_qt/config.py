@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from agent.client import CALL_ERRORS, Client
-from agent.wire.tuning import parse_assignment
+from pilothouse.client import CALL_ERRORS, Client
+from pilothouse.wire.tuning import parse_assignment
 
 from ..local_store import LocalStore
 from ..models import RunKey, config_diff, flatten

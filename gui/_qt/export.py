@@ -1,6 +1,6 @@
 """Exports from the app: a chart as PNG, a run's metrics as the CLI's CSV.
 
-The CSV is written by ``agent.text.write_points`` itself, so a file saved from the app and one
+The CSV is written by ``pilothouse.text.write_points`` itself, so a file saved from the app and one
 from ``pilothouse export`` have the same columns and the same bit-exact float text.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.text import write_points
-from agent.wire.entries import KIND_METRIC, Entry, Page
+from pilothouse.text import write_points
+from pilothouse.wire.entries import KIND_METRIC, Entry, Page
 
 from ..local_store import LocalStore
 from .chart import ChartWidget

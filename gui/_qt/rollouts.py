@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from agent.wire.entries import KIND_ROLLOUTS, Entry, entry_body
+from pilothouse.wire.entries import KIND_ROLLOUTS, Entry, entry_body
 
 from ..local_store import LocalStore
 from ..models import RunKey

@@ -19,8 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from agent.wire.checks import SYSTEM_RUN_PREFIX
-from agent.wire.entries import KIND_METRIC, Entry, entry_points
+from pilothouse.wire.checks import SYSTEM_RUN_PREFIX
+from pilothouse.wire.entries import KIND_METRIC, Entry, entry_points
 
 from ..local_store import LocalStore
 from ..models import RunKey
