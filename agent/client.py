@@ -22,7 +22,7 @@ import zmq.utils.monitor
 
 from pilothouse.security import Keyring, SecurityError, client_keys, key_hex, secure_client
 from pilothouse.wire.entries import KIND_METRIC, Page, check_page, join_chunks
-from pilothouse.wire.messages import MAX_MESSAGE_BYTES, ProtocolError, pack, unpack
+from pilothouse.wire.messages import MAX_MESSAGE_BYTES, ProtocolError, message, pack, unpack
 from pilothouse.wire.urls import DEFAULT_URL, check_url
 
 
@@ -33,6 +33,8 @@ class AgentError(RuntimeError):
 class AgentUnavailable(AgentError):
     """No answer from the agent within the timeout."""
 
+
+HOLD = 20.0  # seconds one command request lets the agent hold its answer; longer waits ask again
 
 # what a call through a Client can raise short of a bug: the agent's refusal or silence, a
 # garbled answer, keys that are missing or exposed; callers on worker threads catch these
@@ -107,10 +109,12 @@ class Client:
 
     # --- request / reply -------------------------------------------------------------------
 
-    def request(self, op: str, **args: Any) -> Any:
+    def request(self, op: str, *, held: float = 0.0, **args: Any) -> Any:
+        """One query and its answer; ``held``: seconds the agent may hold the answer on purpose,
+        added to the timeout."""
         req_id = next(self._ids)
         sock = self._socket()
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + self.timeout + held
         sent = False
         while True:
             left = deadline - time.monotonic()
@@ -118,7 +122,7 @@ class Client:
                 raise self._unavailable()
             if not sent:
                 try:
-                    sock.send(pack({"t": "q", "id": req_id, "op": op, "args": args}), zmq.NOBLOCK)
+                    sock.send(pack(message("q", id=req_id, op=op, args=args)), zmq.NOBLOCK)
                     sent = True
                 except zmq.Again:  # not connected yet
                     time.sleep(min(0.01, left))
@@ -186,14 +190,15 @@ class Client:
                 "who": who or {"user": getpass.getuser(), "host": socket.gethostname(), "client": "cli"}}
         deadline = time.monotonic() + wait
         row: dict | None = None
-        while time.monotonic() < deadline:
+        while (left := deadline - time.monotonic()) > 0:
+            hold = min(left, HOLD)  # the agent answers when the trainer's ack commits, or after this
             try:
-                row = self.request("command", **args) if row is None else self.request("command_status", cid=cid)
+                row = (self.request("command", held=hold, wait=hold, **args) if row is None
+                       else self.request("command_status", held=hold, wait=hold, cid=cid))
             except AgentUnavailable:
                 continue  # the agent restarts or is busy: ask again with the same id
             if row["state"] in ("applied", "rejected", "scheduled"):
                 return row
-            time.sleep(0.005)
         return {**(row or {"cid": cid, "run": run, "cmd": cmd}), "state": "timeout"}
 
     # --- alerts -----------------------------------------------------------------------------
@@ -218,7 +223,7 @@ class Client:
                credit: int = 8, idle: float = 0.5, resubscribe: float = 2.0) -> Iterator[Page]:
         """History after ``after``, then live entries, forever.  Yields an empty page every
         ``idle`` seconds without data so the caller can stop or redraw."""
-        sub = {"t": "sub", "after": after, "credit": credit, "run": run, "kinds": list(kinds or [])}
+        sub = message("sub", after=after, credit=credit, run=run, kinds=list(kinds or []))
         cursor = after
         last_heard = 0.0
         try:
@@ -240,7 +245,7 @@ class Client:
                 if msg.get("t") != "data":
                     continue
                 last_heard = time.monotonic()
-                self._socket().send(pack({"t": "credit", "n": 1}), zmq.NOBLOCK)
+                self._socket().send(pack(message("credit", n=1)), zmq.NOBLOCK)
                 try:
                     page = check_page(msg.get("entries"), msg.get("cursor"))
                 except ProtocolError:
@@ -252,7 +257,7 @@ class Client:
         finally:
             if self._sock is not None:
                 try:
-                    self._sock.send(pack({"t": "unsub"}), zmq.NOBLOCK)
+                    self._sock.send(pack(message("unsub")), zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass
 

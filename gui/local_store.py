@@ -23,8 +23,8 @@ from typing import Any
 import msgpack
 import numpy as np
 import platformdirs
-import sqlite_utils
 
+from pilothouse.db import open_db, transaction
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks
 
@@ -48,17 +48,12 @@ def _unpackb(blob: bytes | None) -> Any:
 class LocalStore:
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite_utils.Database(self.path)
-        self.db.conn.isolation_level = None  # explicit transactions only
-        self.db.execute("PRAGMA busy_timeout=5000")  # first: links and the UI open the same file at once
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db = open_db(self.path)
         self._create_tables()
 
     def _create_tables(self) -> None:
         db = self.db
-        with self._transaction():  # one writer at a time: links and the UI open the file together
+        with transaction(self.db):  # one writer at a time: links and the UI open the file together
             db["agents"].create({"url": str, "name": str, "added": float, "cursor": int, "remembered": int,
                                  "journal": str},
                                 pk="url", defaults={"cursor": 0, "remembered": 1}, not_null={"cursor"},
@@ -88,7 +83,7 @@ class LocalStore:
         if keep_data:
             self.db.execute("UPDATE agents SET remembered=0 WHERE url=?", [url])
             return
-        with self._transaction():
+        with transaction(self.db):
             for table in ("entries", "runs"):
                 self.db.execute(f"DELETE FROM {table} WHERE agent=?", [url])
             self.db.execute("DELETE FROM agents WHERE url=?", [url])
@@ -102,7 +97,7 @@ class LocalStore:
         """Check the agent still serves the journal our cursor belongs to.  If it was wiped or
         replaced (its ids restart), the old data moves to ``URL#<old id>`` (still browsable),
         the cursor restarts at 0, and True says the caller must follow from there."""
-        with self._transaction():
+        with transaction(self.db):
             row = self.db.execute("SELECT journal FROM agents WHERE url=?", [url]).fetchone()
             old = row[0] if row else None
             if old == journal:
@@ -126,7 +121,7 @@ class LocalStore:
     def write_page(self, url: str, entries: Sequence[Sequence], cursor: int) -> None:
         """Entries as received (fields in protocol.ENTRY_FIELDS order) and the cursor they
         reach, in one transaction.  Re-writing a page is harmless."""
-        with self._transaction():
+        with transaction(self.db):
             if entries:
                 self.db.conn.executemany("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                                          [(url, *e) for e in entries])
@@ -139,11 +134,8 @@ class LocalStore:
         now = time.time()
         rows = [(url, r["id"], *(_column(r.get(c)) for c in _RUN_COLUMNS), now,
                  msgpack.packb(r, use_bin_type=True)) for r in runs]
-        with self._transaction():
+        with transaction(self.db):
             self.db.conn.executemany(f"INSERT OR REPLACE INTO runs VALUES ({','.join('?' * (len(_RUN_COLUMNS) + 4))})", rows)
-
-    def _transaction(self) -> "_Transaction":
-        return _Transaction(self.db)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -185,19 +177,6 @@ class LocalStore:
     def _bodies(self, agent: str, run: str, kind: str) -> list[dict]:
         return [_unpackb(b) for (b,) in self.db.execute(
             "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? ORDER BY id", [agent, run, kind])]
-
-
-class _Transaction:
-    """BEGIN ... COMMIT, or ROLLBACK on an exception (the connection is in autocommit mode)."""
-
-    def __init__(self, db: sqlite_utils.Database):
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")  # take the write lock now: no upgrade deadlock
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        self.db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
 
 
 def _column(value: Any) -> Any:

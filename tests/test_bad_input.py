@@ -733,3 +733,12 @@ def test_wire_hello_cannot_take_over_the_system_run(agent_proc):
         after = next(r for r in c.runs() if r["id"] == sys_run["id"])
     assert (after["host"], after["pid"]) == (sys_run["host"], sys_run["pid"])
     assert reply is not None and reply["t"] == "err", reply
+
+
+def test_no_process_builds_a_message_outside_the_closed_sets():
+    from pilothouse.wire.messages import INBOUND, OUTBOUND, message
+
+    assert message("ack", run="r", rank=0, seq=3) == {"t": "ack", "run": "r", "rank": 0, "seq": 3}
+    assert not set(INBOUND) & OUTBOUND  # a type means one direction
+    with pytest.raises(ValueError, match="unknown message type 'bogus'"):
+        message("bogus", x=1)

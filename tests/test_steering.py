@@ -9,7 +9,7 @@ import pytest
 from conftest import finish, run_events, start_trainer, wait_until
 from conftest import run_cli as cli
 
-from pilothouse.client import Client
+from pilothouse.client import AgentError, Client
 
 LOOP = """
 import json, os, tempfile
@@ -186,3 +186,99 @@ def test_a_checkpoint_saved_unasked_is_recorded_even_right_after_init(agent_proc
         events = run_events(c, run.id)
     saved = [e for e in events if e["event"] == "checkpoint"]
     assert len(saved) == 1 and saved[0]["step"] == 7 and saved[0]["applied"] == {"path": "/ckpt/eager-7.pt"}
+
+
+# --- the agent answers a waiting client when the trainer's ack commits -------------------------
+
+SLEEPER = """
+run = ph.init(project="steer", name="sleeper", agent=URL, heartbeat=0.2, config={"lr": 0.1})
+run.log({"lr": run.config["lr"]}, step=0)
+print(run.id, flush=True)
+time.sleep(float(ARGS[0]))  # no step boundary for a while: a command stays pending
+step = 0
+while not run.sync(step).stop:
+    step += 1
+    time.sleep(0.01)
+run.finish()
+"""
+
+
+def _sleeper(tmp_path, url: str, seconds: float) -> tuple:
+    """A trainer that sleeps ``seconds`` before its first step boundary, once the agent knows its run."""
+    proc = start_trainer(tmp_path, SLEEPER, url, str(seconds))
+    run_id = proc.stdout.readline().strip()
+    with Client(url) as client:
+        wait_until(lambda: _run(client, run_id)["status"] == "running", what="the sleeper's hello")
+    return proc, run_id
+
+
+def _query(url: str, op: str, timeout: float, **args) -> tuple[list[dict], float]:
+    """One raw query; every message that comes back within ``timeout``, and when the first came."""
+    import zmq
+
+    from pilothouse.wire.messages import message, pack, unpack
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(url)
+    try:
+        sock.send(pack(message("q", id=7, op=op, args=args)))
+        start, first, got = time.monotonic(), None, []
+        while time.monotonic() - start < timeout:
+            if sock.poll(50):
+                got.append(unpack(sock.recv()))
+                first = first or time.monotonic() - start
+                if got[-1].get("t") in ("r", "err"):
+                    timeout = min(timeout, time.monotonic() - start + 0.3)  # anything more would be a second answer
+        return got, first or timeout
+    finally:
+        sock.close()
+
+
+def test_a_waiting_command_is_answered_once_when_the_trainer_acks(tmp_path, agent_proc):
+    """The first and only answer to a waiting `command` is the trainer's own: no early 'pending'
+    reply, no polling; and it comes after the ack event was committed."""
+    proc, run_id = _sleeper(tmp_path, agent_proc.url, 2.5)
+    got, after = _query(agent_proc.url, "command", 20, cid="held-set-1", run=run_id, cmd="set",
+                        values={"lr": 0.5}, who={"client": "test"}, wait=15)
+    assert [m["t"] for m in got] == ["r"] and got[0]["id"] == 7, got
+    row = got[0]["data"]
+    assert row["state"] == "applied" and row["applied"] == {"lr": 0.5}
+    assert after > 1.0  # the trainer was asleep: held until its next step boundary, not answered at once
+    with Client(agent_proc.url) as client:
+        acks = run_events(client, run_id, "ack")
+        assert [a["cid"] for a in acks] == ["held-set-1"]
+        client.command(run_id, "stop", wait=10)
+    finish(proc)
+
+
+def test_a_held_request_ends_at_its_wait_and_the_status_follows(tmp_path, agent_proc):
+    proc, run_id = _sleeper(tmp_path, agent_proc.url, 6)
+    got, after = _query(agent_proc.url, "command", 10, cid="held-pause-1", run=run_id, cmd="pause",
+                        who={"client": "test"}, wait=0.5)
+    assert [m["t"] for m in got] == ["r"] and got[0]["data"]["state"] == "pending"
+    assert 0.4 < after < 3.0  # the wait, give or take the agent's 1 s timer
+    got, _ = _query(agent_proc.url, "command_status", 20, cid="held-pause-1", wait=15)
+    assert got[0]["data"]["state"] == "applied" and got[0]["data"]["detail"].startswith("paused at step")
+    with Client(agent_proc.url) as client:
+        assert client.command(run_id, "stop", wait=10)["state"] == "applied"
+    finish(proc)
+
+
+@pytest.mark.parametrize("wait", [-1, "soon", True, float("nan"), float("inf"), [1]])
+def test_a_bad_wait_is_refused_and_records_nothing(agent_proc, logged_run_id, wait):
+    got, _ = _query(agent_proc.url, "command", 5, cid="bad-wait-1", run=logged_run_id, cmd="pause",
+                    who={"client": "test"}, wait=wait)
+    assert [m["t"] for m in got] == ["err"] and "wait must be" in got[0]["msg"]
+    with Client(agent_proc.url) as client:
+        with pytest.raises(AgentError, match="no command with id"):
+            client.request("command_status", cid="bad-wait-1")
+        assert run_events(client, logged_run_id, "command") == []
+
+
+@pytest.fixture
+def logged_run_id(agent_proc, tmp_path):
+    proc, run_id = _sleeper(tmp_path, agent_proc.url, 30)
+    yield run_id
+    proc.kill()
+    proc.wait()

@@ -1,6 +1,6 @@
 """Alerts, as the agent runs them: rules from three sources, evaluated on what it stores, acted on.
 
-A mixin of ``Agent`` (like ``CommandDesk``).  Rules come from the ``--alerts`` TOML file
+A component of the agent, handed its journal, liveness and command desk.  Rules come from the ``--alerts`` TOML file
 (re-read when it changes; a bad file is reported and the previous rules stay), from a trainer's
 hello (``pilothouse.init(alerts=[...])``) and from clients (`pilothouse alerts add`, the app); the
 last two are kept in the journal database so they survive a restart.  Each edge of an episode is
@@ -15,19 +15,18 @@ import logging
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 import numpy as np
 
 from pilothouse.node.alert_engine import Alert, AlertEngine, RunView
+from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.hooks import HookRunner
+from pilothouse.node.journal import Store
+from pilothouse.node.liveness import Liveness
 from pilothouse.wire.alert_rules import Rule, RuleError, check_rule, check_rules, load_rules
-from pilothouse.wire.entries import KIND_METRIC
-
-if TYPE_CHECKING:
-    from pilothouse.node.journal import Store
-    from pilothouse.node.server import Liveness
+from pilothouse.wire.entries import KIND_METRIC, Entry
 
 log = logging.getLogger("pilothouse.alerts")
 
@@ -35,15 +34,14 @@ RECENT = 200  # alerts `pilothouse alerts` lists
 
 
 class AlertDesk:
-    """Needs from the agent: ``store``, ``live``, ``host``, ``_issue`` and ``_in_transaction``."""
-
-    store: Store
-    live: dict[str, Liveness]
-    host: str
-
-    def _init_alerts(self, rules_file: str | Path | None, file_rules: list[Rule]) -> None:
+    def __init__(self, store: Store, liveness: Liveness, commands: CommandDesk, system_run: str,
+                 rules_file: str | Path | None, file_rules: list[Rule]):
         """``file_rules``: the file's rules, already loaded (a bad file stopped the start earlier)."""
-        self.alerts = AlertEngine()
+        self.store = store
+        self.liveness = liveness
+        self.commands = commands
+        self.system_run = system_run
+        self.engine = AlertEngine()
         self.hooks = HookRunner()
         self.rules_file = Path(rules_file) if rules_file is not None else None
         self._rules_stamp = _stamp(self.rules_file)
@@ -56,10 +54,10 @@ class AlertDesk:
                              "scope": str, "ref": float}, pk="id", if_not_exists=True)
         for source, scope, spec in db.execute("SELECT source, scope, spec FROM alert_rules"):
             try:
-                self.alerts.add(source, scope, check_rule(msgpack.unpackb(spec, raw=False)))
+                self.engine.add(source, scope, check_rule(msgpack.unpackb(spec, raw=False)))
             except (RuleError, ValueError) as exc:
                 log.warning("a stored %s rule no longer loads and is skipped: %s", source, exc)
-        self.alerts.replace("file", "", file_rules)
+        self.engine.replace("file", "", file_rules)
         if self.rules_file is not None:
             log.info("%d alert rule(s) from %s", len(file_rules), self.rules_file)
         self._restore_episodes()
@@ -67,14 +65,14 @@ class AlertDesk:
     def _restore_episodes(self) -> None:
         """Episodes firing when the agent stopped go on firing: their clearing is reported, their
         start is not reported again."""
-        rules = dict(self.alerts.rules())
+        rules = dict(self.engine.rules())
         for row in self.store.db.query(
                 "SELECT * FROM alerts WHERE id IN (SELECT MAX(id) FROM alerts "
                 "GROUP BY source, scope, rule, run, metric) AND state='firing'"):
             key = (row["source"], row["scope"] or "", row["rule"])
             rule = rules.get(key)
             if rule is not None and rule.kind == row["kind"]:
-                self.alerts.restore(Alert(key, rule, row["run"], row["metric"], "firing", row["step"],
+                self.engine.restore(Alert(key, rule, row["run"], row["metric"], "firing", row["step"],
                                           row["value"], row["detail"], row["time"]), row["ref"])
 
     # --- rule sources ------------------------------------------------------------------------
@@ -90,18 +88,18 @@ class AlertDesk:
             rules = load_rules(self.rules_file)
         except RuleError as exc:
             log.error("alert rules not reloaded, the previous ones stay: %s", exc)
-            self.store.event(self._system_run, "rules", {"ok": False, "file": str(self.rules_file),
+            self.store.event(self.system_run, "rules", {"ok": False, "file": str(self.rules_file),
                                                          "detail": str(exc)})
             return
-        self.alerts.replace("file", "", rules)
+        self.engine.replace("file", "", rules)
         log.info("%d alert rule(s) from %s", len(rules), self.rules_file)
-        self.store.event(self._system_run, "rules", {"ok": True, "file": str(self.rules_file),
+        self.store.event(self.system_run, "rules", {"ok": True, "file": str(self.rules_file),
                                                      "detail": f"{len(rules)} rule(s) loaded"})
 
-    def _rules_from_hello(self, run: str, specs: list[dict]) -> None:
+    def rules_from_hello(self, run: str, specs: list[dict]) -> None:
         """A trainer's own rules (validated by the protocol check): they replace its previous ones."""
         rules = check_rules(specs, f"run {run} alerts")
-        self.alerts.replace("run", run, rules)
+        self.engine.replace("run", run, rules)
         self.store.db.execute("DELETE FROM alert_rules WHERE source='run' AND scope=?", [run])
         for rule in rules:
             self._persist("run", run, rule.spec)
@@ -112,34 +110,34 @@ class AlertDesk:
 
     # --- evaluation --------------------------------------------------------------------------
 
-    def _alert_on_entries(self, entries: list[tuple]) -> None:
+    def on_entries(self, entries: list[Entry]) -> None:
         """Every metric chunk just stored, in the same transaction: an alert commits with its cause."""
         for entry in entries:
-            if entry[2] != KIND_METRIC:
+            if entry.kind != KIND_METRIC:
                 continue
-            run = entry[1]
-            fired = self.alerts.observe(run, self._run_name(run), entry[3], np.frombuffer(entry[6], np.int64),
-                                        np.frombuffer(entry[7], np.float64))
+            fired = self.engine.observe(entry.run, self._run_name(entry.run), entry.metric,
+                                        np.frombuffer(entry.steps, np.int64), np.frombuffer(entry.vals, np.float64))
             if fired:
                 self._act(fired)
 
-    def _alert_tick(self) -> None:
+    def tick(self) -> None:
         """Once a second: liveness rules, a changed rules file, finished hooks."""
         if self.rules_file is not None:
             self._reload_rules_file()
-        self._act(self.alerts.tick(self._run_views()))
+        self._act(self.engine.tick(self._run_views()))
         while self.hooks.results:
             result = self.hooks.results.popleft()
             if self.store.has_run(result.run):
                 self.store.event(result.run, "alert_hook", result.body())
 
-    def _alert_on_sample(self, values: dict[str, float], now: float) -> None:
-        running = [v for v in self._run_views() if v.status == "running" and self.live[v.id].host == self.host]
-        self._act(self.alerts.observe_gpus(values, now, running))
+    def on_sample(self, values: dict[str, float], now: float) -> None:
+        host = self.liveness.host
+        running = [v for v in self._run_views() if v.status == "running" and self.liveness.runs[v.id].host == host]
+        self._act(self.engine.observe_gpus(values, now, running))
 
     def _run_views(self) -> list[RunView]:
         now = time.time()
-        return [RunView(run, self._run_name(run), live.status, now - live.seen) for run, live in self.live.items()]
+        return [RunView(run, self._run_name(run), live.status, now - live.seen) for run, live in self.liveness]
 
     def _run_name(self, run: str) -> str:
         """Rules match run names too; a name never changes, so it is read once."""
@@ -160,47 +158,47 @@ class AlertDesk:
                 "INSERT INTO alerts (time, run, rule, kind, state, metric, step, value, detail, source, scope, ref) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 [alert.time, alert.run, alert.rule.name, alert.rule.kind, alert.state, alert.metric, alert.step,
-                 alert.value, alert.detail, alert.key[0], alert.key[1], self.alerts.carry(alert)])
+                 alert.value, alert.detail, alert.key[0], alert.key[1], self.engine.carry(alert)])
             log.warning("alert %s %s on %s: %s", alert.rule.name, alert.state, alert.run, alert.detail)
             if alert.state == "firing" and alert.rule.pause:
-                live = self.live.get(alert.run)
+                live = self.liveness.get(alert.run)
                 if live is not None and live.status in ("running", "stale"):
-                    self._issue(uuid.uuid4().hex[:20], alert.run, "pause", None, None,
+                    self.commands.issue(uuid.uuid4().hex[:20], alert.run, "pause", None, None,
                                 {"via": "alert", "rule": alert.rule.name, "source": alert.key[0]})
             if alert.rule.exec:
                 self.hooks.submit(alert.run, alert.rule.name, alert.rule.exec, {**body, "run": alert.run,
-                                                                                 "host": self.host},
+                                                                                 "host": self.liveness.host},
                                   alert.rule.exec_timeout)
 
     # --- queries -----------------------------------------------------------------------------
 
-    def _op_alerts(self, args: dict) -> dict:
+    def op_alerts(self, args: dict) -> dict:
         rules = [{"name": rule.name, "kind": rule.kind, "run": scope or None, "source": source, "spec": rule.spec}
-                 for (source, scope, _), rule in self.alerts.rules()]
+                 for (source, scope, _), rule in self.engine.rules()]
         recent = [dict(r) for r in self.store.db.query(
             f"SELECT time, run, rule, kind, state, metric, step, value, detail, source FROM alerts "
             f"ORDER BY id DESC LIMIT {RECENT}")]
-        firing = [{**a.body(), "run": a.run} for a in self.alerts.firing()]
+        firing = [{**a.body(), "run": a.run} for a in self.engine.firing()]
         return {"rules": rules, "firing": firing, "recent": recent}
 
-    def _op_alert_add(self, args: dict) -> dict:
+    def op_alert_add(self, args: dict) -> dict:
         scope = self._scope(args.get("run"))
         rule = check_rule(args.get("rule"))
-        self.alerts.add("user", scope, rule)
+        self.engine.add("user", scope, rule)
         self._persist("user", scope, rule.spec)
         return {"name": rule.name, "kind": rule.kind, "run": scope or None, "source": "user", "spec": rule.spec}
 
-    def _op_alert_rm(self, args: dict) -> dict:
+    def op_alert_rm(self, args: dict) -> dict:
         scope = self._scope(args.get("run"))
         name = args.get("name")
         if not isinstance(name, str):
             raise TypeError("name must be a rule name")
         for source in ("user", "run"):
-            if self.alerts.remove(source, scope, name):
+            if self.engine.remove(source, scope, name):
                 self.store.db.execute("DELETE FROM alert_rules WHERE source=? AND scope=? AND name=?",
                                       [source, scope, name])
                 return {"name": name, "run": scope or None, "source": source}
-        if any(k[0] == "file" and k[2] == name for k, _ in self.alerts.rules()):
+        if any(k[0] == "file" and k[2] == name for k, _ in self.engine.rules()):
             raise ValueError(f"rule {name!r} comes from {self.rules_file}: edit that file to remove it")
         where = f" for run {scope}" if scope else ""
         raise LookupError(f"no rule named {name[:64]!r}{where}")

@@ -1,51 +1,74 @@
 """Commands to trainers, as the agent handles them: checked, recorded, forwarded, answered.
 
-A mixin of ``Agent`` (it uses the agent's store, liveness and reply queue): the command
-path in one place.  Every command is stored with its sender before it goes anywhere; it
-is (re)sent to rank 0's latest connection until the trainer answers; every answer, and
-every refusal by the agent itself, is an ``ack`` event in the run's journal.
+Every command is stored with its sender before it goes anywhere; it is (re)sent to rank 0's
+latest connection until the trainer answers; every answer, and every refusal by the agent
+itself, is an ``ack`` event in the run's journal.  A client may ask to wait for the answer: its
+request is held and answered in the turn that commits the trainer's ack (or when its wait ends),
+so the CLI learns the outcome as soon as the agent has it, without polling.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
+from pilothouse.node.journal import Store
+from pilothouse.node.liveness import Liveness
 from pilothouse.wire.checks import check_command_id, check_int, query_arg
-from pilothouse.wire.messages import COMMANDS
+from pilothouse.wire.messages import COMMANDS, message
 from pilothouse.wire.tuning import validate_changes
 
-if TYPE_CHECKING:
-    from pilothouse.node.journal import Store
-    from pilothouse.node.server import Liveness
+Reply = Callable[[bytes, dict], None]  # queue a message to a peer; sent once the turn commits
+
+SETTLED = ("applied", "rejected", "scheduled")  # states a waiting client is answered with
+MAX_WAIT = 60.0  # seconds a request may be held; the client asks again for longer waits
+MAX_WAITING = 10_000  # held requests across clients; past it, requests are answered at once
+RESEND_AFTER = 1.0  # seconds before an unanswered command goes to the trainer again
+
+
+@dataclass
+class Waiter:
+    ident: bytes
+    req_id: int
+    deadline: float  # time.monotonic()
 
 
 class CommandDesk:
-    """Needs from the agent: ``store``, ``live``, ``trainers``, ``_replies`` and ``_set_live_status``."""
+    def __init__(self, store: Store, liveness: Liveness, reply: Reply):
+        self.store = store
+        self.liveness = liveness
+        self.reply = reply
+        self.trainers: dict[str, bytes] = {}  # run -> rank 0's latest connection, where commands go
+        self._sent: dict[str, float] = {}  # cid -> when it last went to the trainer
+        self._waiting: dict[str, list[Waiter]] = {}  # cid -> clients held until it settles
 
-    store: Store
-    live: dict[str, Liveness]
-    trainers: dict[str, bytes]
-    _cmd_sent: dict[str, float]
-    _replies: list[tuple[bytes, dict]]
+    # --- trainers ----------------------------------------------------------------------------
 
-    def _trainer_seen(self, ident: bytes, run: str, rank: int) -> None:
-        """Rank 0's latest connection receives the run's commands; open ones are (re)sent."""
+    def route(self, ident: bytes, run: str, rank: int) -> None:
+        """Rank 0's latest connection receives the run's commands."""
+        if rank == 0:
+            self.trainers[run] = ident
+
+    def trainer_seen(self, ident: bytes, run: str, rank: int) -> None:
+        """Rank 0 spoke (hello, heartbeat): route to it and (re)send what it has not answered."""
         if rank != 0:
             return
         self.trainers[run] = ident
         now = time.monotonic()
         for cmd in self.store.open_commands(run):
-            if cmd["state"] == "pending" and now - self._cmd_sent.get(cmd["cid"], 0.0) > 1.0:
+            if cmd["state"] == "pending" and now - self._sent.get(cmd["cid"], 0.0) > RESEND_AFTER:
                 self._forward(cmd)
 
     def _forward(self, cmd: dict) -> None:
         ident = self.trainers.get(cmd["run"])
         if ident is not None:
-            self._cmd_sent[cmd["cid"]] = time.monotonic()
-            self._replies.append((ident, {"t": "cmd", "cid": cmd["cid"], "cmd": cmd["cmd"], **cmd["args"]}))
+            self._sent[cmd["cid"]] = time.monotonic()
+            self.reply(ident, message("cmd", cid=cmd["cid"], cmd=cmd["cmd"], **cmd["args"]))
 
-    def _on_command_ack(self, ident: bytes, msg: dict, now: float) -> None:
+    def on_ack(self, msg: dict, now: float) -> None:
         run, cid = msg["run"], msg["cid"]
         if not self.store.has_run(run):
             return
@@ -61,36 +84,50 @@ class CommandDesk:
             if msg["cmd"] == "set":
                 self.store.update_config(run, msg["applied"])
             elif msg["cmd"] in ("pause", "resume"):
-                self._set_live_status(run, "paused" if msg["cmd"] == "pause" else "running", now,
-                                      f"{msg['cmd']} command {cid}")
+                self.liveness.set_status(run, "paused" if msg["cmd"] == "pause" else "running", now,
+                                         f"{msg['cmd']} command {cid}")
             elif msg["cmd"] == "checkpoint":
                 self.store.event(run, "checkpoint", answer)
+        self._settle(cid)
+        self._sent.pop(cid, None)
 
-    def _close_commands(self, run: str, why: str, now: float) -> None:
+    def close(self, run: str, why: str, now: float) -> None:
         """A run that ended answers nothing more: its open commands are rejected, visibly."""
         for cmd in self.store.open_commands(run):
             self.store.answer_command(cmd["cid"], "rejected", None, why, {}, now)
             self.store.event(run, "ack", {"cid": cmd["cid"], "cmd": cmd["cmd"], "state": "rejected", "step": None,
                                           "detail": why, "applied": {}})
+            self._settle(cmd["cid"])
+            self._sent.pop(cmd["cid"], None)
 
-    def _op_command(self, args: dict) -> dict:
-        """Validate, record and forward a command; a known id returns its state (retries are safe)."""
+    # --- clients -----------------------------------------------------------------------------
+
+    def op_command(self, args: dict, ident: bytes, req_id: int) -> dict | None:
+        """Validate, record and forward a command; a known id returns its state (retries are safe).
+        None: the answer is held until the command settles (``wait`` seconds at the most)."""
         cid = check_command_id(args.get("cid"))
-        known = self.store.command(cid)
-        if known is not None:
-            return known
-        cmd = args.get("cmd")
-        if cmd not in COMMANDS:
-            raise ValueError(f"unknown command {str(cmd)[:40]!r}; one of {', '.join(COMMANDS)}")
-        run = self.store.resolve(query_arg(args, "run", str))
-        at_step = args.get("at_step")
-        if at_step is not None:
-            check_int(at_step, "at_step")
-        return self._issue(cid, run, cmd, args.get("values"), at_step, args["who"])  # who: see Agent._sender
+        wait = _wait(args)
+        row = self.store.command(cid)
+        if row is None:
+            cmd = args.get("cmd")
+            if cmd not in COMMANDS:
+                raise ValueError(f"unknown command {str(cmd)[:40]!r}; one of {', '.join(COMMANDS)}")
+            run = self.store.resolve(query_arg(args, "run", str))
+            at_step = args.get("at_step")
+            if at_step is not None:
+                check_int(at_step, "at_step")
+            row = self.issue(cid, run, cmd, args.get("values"), at_step, args["who"])  # who: see Agent._sender
+        return self._hold(row, wait, ident, req_id)
 
-    def _issue(self, cid: str, run: str, cmd: str, values: Any, at_step: int | None, who: dict) -> dict:
+    def op_command_status(self, args: dict, ident: bytes, req_id: int) -> dict | None:
+        row = self.store.command(check_command_id(args.get("cid")))
+        if row is None:
+            raise LookupError(f"no command with id {args.get('cid')!r}")
+        return self._hold(row, _wait(args), ident, req_id)
+
+    def issue(self, cid: str, run: str, cmd: str, values: Any, at_step: int | None, who: dict) -> dict:
         """Record a command with its sender, then refuse it visibly or forward it to the trainer.
-        Humans (through ``_op_command``) and alert rules take this same path."""
+        Humans (through ``op_command``) and alert rules take this same path."""
         fwd: dict[str, Any] = {"at_step": at_step} if at_step is not None else {}
         reason = self._refusal(run, cmd, values, fwd, at_step)
         now = time.time()
@@ -108,8 +145,7 @@ class CommandDesk:
     def _refusal(self, run: str, cmd: str, values: Any, fwd: dict, at_step: Any) -> str | None:
         """Why the agent refuses a command before it reaches the trainer, or None."""
         row = self.store.run_row(run)
-        live = self.live.get(run)
-        status = live.status if live is not None else row["status"]
+        status = self.liveness.status(run)
         if row["kind"] != "train" or status not in ("running", "paused", "stale"):
             return f"run {run} is {status}: only a running run can be steered"
         if at_step is not None and cmd != "set":
@@ -122,8 +158,37 @@ class CommandDesk:
                 return str(exc)
         return None
 
-    def _op_command_status(self, args: dict) -> dict:
-        row = self.store.command(check_command_id(args.get("cid")))
-        if row is None:
-            raise LookupError(f"no command with id {args.get('cid')!r}")
-        return row
+    # --- held requests -----------------------------------------------------------------------
+
+    def _hold(self, row: dict, wait: float, ident: bytes, req_id: int) -> dict | None:
+        if row["state"] in SETTLED or wait <= 0 or sum(map(len, self._waiting.values())) >= MAX_WAITING:
+            return row
+        self._waiting.setdefault(row["cid"], []).append(Waiter(ident, req_id, time.monotonic() + wait))
+        return None
+
+    def _settle(self, cid: str) -> None:
+        """Answer every client held on ``cid``; the reply leaves with the turn that commits the change."""
+        waiters = self._waiting.pop(cid, None)
+        if waiters:
+            row = self.store.command(cid)
+            for w in waiters:
+                self.reply(w.ident, message("r", id=w.req_id, data=row))
+
+    def expire(self) -> None:
+        """Held requests whose wait ran out get the command as it stands (still pending)."""
+        now = time.monotonic()
+        for cid in [c for c, ws in self._waiting.items() if any(w.deadline <= now for w in ws)]:
+            due = [w for w in self._waiting[cid] if w.deadline <= now]
+            self._waiting[cid] = [w for w in self._waiting[cid] if w.deadline > now]
+            if not self._waiting[cid]:
+                del self._waiting[cid]
+            row = self.store.command(cid)
+            for w in due:
+                self.reply(w.ident, message("r", id=w.req_id, data=row))
+
+
+def _wait(args: dict) -> float:
+    wait = args.get("wait", 0)
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
+        raise ValueError("wait must be a number of seconds >= 0")
+    return min(float(wait), MAX_WAIT)

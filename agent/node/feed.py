@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pilothouse.node.journal import Store
-from pilothouse.wire.entries import check_kinds
-from pilothouse.wire.messages import MAX_PAGE_POINTS
+from pilothouse.wire.entries import Entry, check_kinds
+from pilothouse.wire.messages import MAX_PAGE_POINTS, message
 
 MAX_CREDIT = 64
 
@@ -30,8 +30,8 @@ class Reader:
     heard: float = field(default_factory=time.monotonic)
     owed: bool = True  # a "sub" is always answered, even by an empty page: it tells the reader it is heard
 
-    def wants(self, entry: tuple) -> bool:
-        return (self.run is None or entry[1] == self.run) and (not self.kinds or entry[2] in self.kinds)
+    def wants(self, entry: Entry) -> bool:
+        return (self.run is None or entry.run == self.run) and (not self.kinds or entry.kind in self.kinds)
 
 
 class ReaderFeed:
@@ -69,7 +69,7 @@ class ReaderFeed:
             if reader.credit <= 0:
                 continue
             if reader.cursor >= head_before and (fresh or reader.owed):
-                entries = [e for e in fresh if e[0] > reader.cursor and reader.wants(e)]
+                entries = [e for e in fresh if e.id > reader.cursor and reader.wants(e)]
                 cursor = head
             elif reader.cursor < head:
                 entries, cursor = self.store.read(reader.cursor, run=reader.run, kinds=reader.kinds,
@@ -79,7 +79,6 @@ class ReaderFeed:
             reader.owed = False
             reader.credit -= 1
             reader.cursor = cursor
-            if not self.send(ident, {"t": "data", "cursor": cursor, "entries": entries,
-                                   "journal": self.store.journal_id}):
+            if not self.send(ident, message("data", cursor=cursor, entries=entries, journal=self.store.journal_id)):
                 self.drop(ident)  # gone, or its queue is full: it will subscribe again
 

@@ -18,10 +18,10 @@ from typing import Any, Iterable
 
 import msgpack
 import numpy as np
-import sqlite_utils
 
+from pilothouse.db import open_db
 from pilothouse.wire.checks import INT64_MAX
-from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, Entry, join_chunks
 from pilothouse.wire.messages import ProtocolError
 from pilothouse.wire.records import (
     REC_CHECKPOINT,
@@ -31,8 +31,6 @@ from pilothouse.wire.records import (
     check_rollouts,
     columnize,
 )
-
-Entry = tuple  # (id, run, kind, metric, rank, n, steps, vals, times, body), see protocol.ENTRY_FIELDS
 
 RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
                "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records")
@@ -58,12 +56,7 @@ def _unpackb(blob: bytes | None) -> Any:
 class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite_utils.Database(self.path)
-        self.db.conn.isolation_level = None  # explicit transactions: one per agent loop turn
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")  # survives a killed process; see README
-        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db = open_db(self.path)  # explicit transactions: one per agent loop turn
         self._create_tables()
         self.journal_id = self._journal_id()
         self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
@@ -251,7 +244,7 @@ class Store:
             return IngestResult(have, expect=have + lost + 1)
         rows = self._entries(run, rank, keys, recs[have + lost + 1 - seq:])  # raises before any change
         self.account_floor(run, rank, floor)
-        entries = [(self._next_id(), *row) for row in rows]
+        entries = [Entry(self._next_id(), *row) for row in rows]
         self._pending.extend(entries)
         self._advance(key, last)
         return IngestResult(last, entries=entries)
@@ -322,8 +315,8 @@ class Store:
         return (_unpackb(row[0]) if row else None) or {}
 
     def event(self, run: str, name: str, data: dict) -> Entry:
-        entry = (self._next_id(), run, KIND_EVENT, None, 0, 0, None, None, None,
-                 _packb({"event": name, "time": time.time(), **data}))
+        entry = Entry(self._next_id(), run, KIND_EVENT, None, 0, 0, None, None, None,
+                      _packb({"event": name, "time": time.time(), **data}))
         self._pending.append(entry)
         return entry
 
@@ -343,14 +336,14 @@ class Store:
         sql = f"SELECT * FROM journal WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
         entries: list[Entry] = []
         points = 0
-        for row in self.db.execute(sql, [*args, limit_entries]):
+        for row in map(Entry._make, self.db.execute(sql, [*args, limit_entries])):
             entries.append(row)
-            points += row[5]
+            points += row.n
             if points >= limit_points:
                 break
         if len(entries) < limit_entries and points < limit_points:
             return entries, max(after, self.head)  # scanned to the end
-        return entries, entries[-1][0]
+        return entries, entries[-1].id
 
     def series(self, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, values, wall_times) of one metric, every point, in arrival order."""

@@ -16,17 +16,16 @@ import socket
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import psutil
 import zmq
 
 from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.journal import Store
+from pilothouse.node.liveness import Liveness
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.security import CurveListener, Keyring, key_hex
 from pilothouse.version import __version__
@@ -38,6 +37,7 @@ from pilothouse.wire.messages import (
     MAX_PAGE_POINTS,
     ProtocolError,
     decode,
+    message,
     pack,
 )
 from pilothouse.wire.urls import check_url, is_loopback
@@ -50,18 +50,10 @@ LOCAL, REMOTE = b"L", b"R"  # peer tags: which socket a routing id belongs to
 REMOTE_TYPES = frozenset({"q", "sub", "credit", "unsub"})  # readers and commands; trainers stay local
 
 
-@dataclass
-class Liveness:
-    """What the agent knows of one trainer process between heartbeats."""
+class Agent:
+    """The loop; what it knows lives in components handed the journal: ``liveness`` (trainer
+    processes), ``commands`` (the command desk), ``alerts`` (the alert desk), ``feed`` (readers)."""
 
-    host: str
-    pid: int
-    pid_started: float | None
-    seen: float
-    status: str = "running"
-
-
-class Agent(CommandDesk, AlertDesk):
     def __init__(self, bind: str, data_dir: str | Path, *, sample_interval: float = 1.0,
                  stale_after: float = 5.0, sampler: SystemSampler | None = None,
                  reader_timeout: float = 30.0, listen: str | None = None, keys: Keyring | None = None,
@@ -92,23 +84,21 @@ class Agent(CommandDesk, AlertDesk):
         self.host = socket.gethostname()
         self.sampler = sampler if sampler is not None else SystemSampler()
         self.sample_interval = sample_interval
-        self.stale_after = stale_after
-        self.live: dict[str, Liveness] = {}
         self.bad_frames = 0
-        self.trainers: dict[str, bytes] = {}  # run -> rank 0's connection, where commands go
-        self._cmd_sent: dict[str, float] = {}  # cid -> when it last went to the trainer
         self._acks: dict[tuple[bytes, str, int], int] = {}
-        self._replies: list[tuple[bytes, dict]] = []
+        self._replies: list[tuple[bytes, dict]] = []  # sent once the turn's writes are committed
         self._stop = threading.Event()
         self.feed = ReaderFeed(self.store, self._send, reader_timeout)
         self._system_run = self._register_system_run()
+        self.liveness = Liveness(self.store, self.host, stale_after)
+        self.commands = CommandDesk(self.store, self.liveness, self._reply)
+        self.alerts = AlertDesk(self.store, self.liveness, self.commands, self._system_run, alerts, file_rules)
         self._ops: dict[str, Callable[[dict], Any]] = {
             "ping": self._op_ping, "runs": self._op_runs, "resolve": self._op_resolve, "read": self._op_read,
-            "command": self._op_command, "command_status": self._op_command_status,
-            "alerts": self._op_alerts, "alert_add": self._op_alert_add, "alert_rm": self._op_alert_rm,
+            "alerts": self.alerts.op_alerts, "alert_add": self.alerts.op_alert_add,
+            "alert_rm": self.alerts.op_alert_rm,
         }
-        self._restore_liveness()
-        self._init_alerts(alerts, file_rules)
+        self._held_ops = {"command": self.commands.op_command, "command_status": self.commands.op_command_status}
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -148,7 +138,7 @@ class Agent(CommandDesk, AlertDesk):
                     next_check = now + 1.0
         finally:
             self._stop.set()
-            self.hooks.stop()
+            self.alerts.hooks.stop()
             checkpointer.join(timeout=10)
             self._close_sockets()
             self.store.begin()
@@ -182,16 +172,19 @@ class Agent(CommandDesk, AlertDesk):
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
-        """One transaction outside a turn (timers); what it wrote goes to readers once committed.
-        On an error the caller (``_timer``) rolls back."""
+        """One transaction outside a turn (timers); what it wrote goes to readers, and its replies
+        to peers, once committed.  On an error the caller (``_timer``) rolls back."""
         head_before = self.store.head
         self.store.begin()
         yield
-        self.feed.feed(head_before, self.store.commit())
+        entries = self.store.commit()
+        self._send_replies()
+        self.feed.feed(head_before, entries)
 
     def _alert_timer(self) -> None:
         with self._writing():
-            self._alert_tick()
+            self.alerts.tick()
+            self.commands.expire()
 
     def _timer(self, job: Callable[[], None]) -> None:
         """A failing timer job is logged and retried next tick; it never stops the agent."""
@@ -200,6 +193,7 @@ class Agent(CommandDesk, AlertDesk):
         except Exception:
             log.exception("%s failed", job.__name__)
             self.store.rollback()
+            self._replies.clear()
 
     # --- one turn -------------------------------------------------------------------------
 
@@ -216,12 +210,18 @@ class Agent(CommandDesk, AlertDesk):
             self._replies.clear()
             return
         for (ident, run, rank), seq in self._acks.items():
-            self._send(ident, {"t": "ack", "run": run, "rank": rank, "seq": seq})
+            self._send(ident, message("ack", run=run, rank=rank, seq=seq))
         self._acks.clear()
+        self._send_replies()
+        self.feed.feed(head_before, entries)
+
+    def _reply(self, ident: bytes, msg: dict) -> None:
+        self._replies.append((ident, msg))
+
+    def _send_replies(self) -> None:
         for ident, msg in self._replies:
             self._send(ident, msg)
         self._replies.clear()
-        self.feed.feed(head_before, entries)
 
     def _drain(self) -> None:
         """Local peers first, then remote ones, each within the turn's bounds.  A peer is its
@@ -265,7 +265,7 @@ class Agent(CommandDesk, AlertDesk):
         self.bad_frames += 1
         if self.bad_frames <= 20 or self.bad_frames % 1000 == 0:
             log.warning("rejected a message (%d so far): %s", self.bad_frames, text)
-        self._replies.append((ident, {"t": "err", "id": req_id, "msg": text}))
+        self._reply(ident, message("err", id=req_id, msg=text))
 
     def _dispatch(self, ident: bytes, msg: dict, client_key: str | None = None) -> None:
         kind = msg["t"]
@@ -279,7 +279,7 @@ class Agent(CommandDesk, AlertDesk):
         elif kind == "finish":
             self._on_finish(ident, msg, now)
         elif kind == "cack":
-            self._on_command_ack(ident, msg, now)
+            self.commands.on_ack(msg, now)
         elif kind == "q":
             self._on_query(ident, msg, client_key)
         elif kind == "sub":
@@ -295,52 +295,39 @@ class Agent(CommandDesk, AlertDesk):
         before = self.store.upsert_run(msg, now)
         if before in ("finished", "crashed", "stale"):
             self.store.set_status(msg["run"], "running", now, reason=f"resumed by pid {msg['pid']}")
-        live = self.live.get(msg["run"])
-        if before is not None or live is None:
-            self._alive(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"))
+        if before is not None or self.liveness.get(msg["run"]) is None:
+            self.liveness.started(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"))
         if msg.get("alerts") is not None and msg["rank"] == 0:
-            self._rules_from_hello(msg["run"], msg["alerts"])
+            self.alerts.rules_from_hello(msg["run"], msg["alerts"])
         seq = self.store.max_seq.get((msg["run"], msg["rank"]), 0)
-        self._replies.append((ident, {"t": "welcome", "run": msg["run"], "rank": msg["rank"], "seq": seq}))
-        self._trainer_seen(ident, msg["run"], msg["rank"])
+        self._reply(ident, message("welcome", run=msg["run"], rank=msg["rank"], seq=seq))
+        self.commands.trainer_seen(ident, msg["run"], msg["rank"])
 
     def _on_records(self, ident: bytes, msg: dict, now: float) -> None:
         run, rank = msg["run"], msg["rank"]
         if not self.store.has_run(run):
-            self._replies.append((ident, {"t": "nack", "run": run, "rank": rank, "reason": "hello",
-                                          "expect": self.store.max_seq.get((run, rank), 0) + 1}))
+            self._reply(ident, message("nack", run=run, rank=rank, reason="hello",
+                                       expect=self.store.max_seq.get((run, rank), 0) + 1))
             return
         result = self.store.ingest(run, rank, msg["seq"], msg["floor"], msg["keys"], msg["recs"], now)
         if result.expect is not None:
-            self._replies.append((ident, {"t": "nack", "run": run, "rank": rank, "reason": "gap",
-                                          "expect": result.expect}))
+            self._reply(ident, message("nack", run=run, rank=rank, reason="gap", expect=result.expect))
         else:
             self._acks[(ident, run, rank)] = result.seq
         if result.entries:
-            self._alert_on_entries(result.entries)
-        self._heard(run, now)
-        if rank == 0:
-            self.trainers[run] = ident
+            self.alerts.on_entries(result.entries)
+        self.liveness.heard(run, now)
+        self.commands.route(ident, run, rank)
 
     def _on_heartbeat(self, ident: bytes, msg: dict, now: float) -> None:
         run = msg["run"]
         if not self.store.has_run(run):
-            self._replies.append((ident, {"t": "nack", "run": run, "rank": msg["rank"], "reason": "hello",
-                                          "expect": 1}))
+            self._reply(ident, message("nack", run=run, rank=msg["rank"], reason="hello", expect=1))
             return
         self._note_state(msg, now)
-        self._heard(run, now)
-        self._trainer_seen(ident, run, msg["rank"])
-        live = self.live.get(run)
-        paused = msg.get("paused", False)
-        if live is not None and live.status in ("running", "paused") and (live.status == "paused") != paused:
-            self._set_live_status(run, "paused" if paused else "running", now, "heartbeat")
-
-    def _set_live_status(self, run: str, status: str, now: float, reason: str) -> None:
-        live = self.live.get(run)
-        if live is not None:
-            live.status = status
-        self.store.set_status(run, status, now, reason=reason)
+        self.liveness.heard(run, now)
+        self.commands.trainer_seen(ident, run, msg["rank"])
+        self.liveness.paused(run, msg.get("paused", False), now)
 
     def _note_state(self, msg: dict, now: float) -> int:
         """Loss counters and floor from a heartbeat or finish; returns the committed seq."""
@@ -351,66 +338,23 @@ class Agent(CommandDesk, AlertDesk):
         run, rank = msg["run"], msg["rank"]
         have = self._note_state(msg, now) if self.store.has_run(run) else 0
         if not self.store.has_run(run) or have < msg["seq"]:
-            self._replies.append((ident, {"t": "nack", "run": run, "rank": rank, "expect": have + 1,
-                                          "reason": "hello" if not self.store.has_run(run) else "gap"}))
+            self._reply(ident, message("nack", run=run, rank=rank, expect=have + 1,
+                                       reason="hello" if not self.store.has_run(run) else "gap"))
             return
-        live = self.live.get(run)
-        if rank == 0 and (live is None or live.status != "finished"):  # the run ends with rank 0
+        if rank == 0 and self.liveness.finished(run):  # the run ends with rank 0
             self.store.set_status(run, "finished", now)
-            if live is not None:
-                live.status = "finished"
-            self._close_commands(run, "the run finished before applying it", now)
-        self._replies.append((ident, {"t": "finished", "run": run, "rank": rank}))
-
-    def _alive(self, run: str, host: str, pid: int, pid_started: float | None) -> None:
-        self.live[run] = Liveness(host, pid, pid_started, time.time())
-
-    def _heard(self, run: str, now: float) -> None:
-        live = self.live.get(run)
-        if live is None:
-            row = self.store.run_row(run)
-            live = self.live[run] = Liveness(row["host"], row["pid"], row["pid_started"], now, row["status"])
-        live.seen = now
-        if live.status in ("stale", "crashed"):
-            live.status = "running"
-            self.store.set_status(run, "running", now, reason="heartbeat resumed")
-
-    def _restore_liveness(self) -> None:
-        """After a restart, runs that were running get the usual grace period, not a verdict."""
-        now = time.time()
-        for row in self.store.db.query("SELECT id, host, pid, pid_started, status FROM runs "
-                                       "WHERE status IN ('running', 'paused', 'stale') AND kind='train'"):
-            self.live[row["id"]] = Liveness(row["host"], row["pid"], row["pid_started"], now, row["status"])
+            self.commands.close(run, "the run finished before applying it", now)
+        self._reply(ident, message("finished", run=run, rank=rank))
 
     def _check_liveness(self) -> None:
         now = time.time()
-        changed = []
-        for run, live in self.live.items():
-            if live.status not in ("running", "paused", "stale") or now - live.seen < self.stale_after:
-                continue
-            verdict = "crashed" if self._process_gone(live) else "stale"
-            if verdict != live.status:
-                live.status = verdict
-                changed.append((run, verdict, now - live.seen))
+        changed = self.liveness.verdicts(now)
         if changed:
             with self._writing():
                 for run, verdict, silent in changed:
                     self.store.set_status(run, verdict, now, reason=f"no heartbeat for {silent:.1f} s")
                     if verdict == "crashed":
-                        self._close_commands(run, "the trainer crashed before applying it", now)
-
-    def _process_gone(self, live: Liveness) -> bool:
-        """Only a process on this host can be checked; elsewhere silence means stale."""
-        if live.host != self.host:
-            return False
-        try:
-            proc = psutil.Process(live.pid)
-            reused = isinstance(live.pid_started, (int, float)) and abs(proc.create_time() - live.pid_started) > 1.0
-            return reused or proc.status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-        except (psutil.Error, ValueError, TypeError, OverflowError):
-            return False
+                        self.commands.close(run, "the trainer crashed before applying it", now)
 
     # --- system sampling ------------------------------------------------------------------
 
@@ -435,7 +379,7 @@ class Agent(CommandDesk, AlertDesk):
                                   [[0, seq, time.time(), 0, list(values.values())]], time.time())
             except ProtocolError as exc:
                 log.warning("system sample rejected: %s", exc)
-            self._alert_on_sample(values, time.time())
+            self.alerts.on_sample(values, time.time())
 
     def _send(self, ident: bytes, msg: dict) -> bool:
         sock = self.sock if ident[:1] == LOCAL or self.remote is None else self.remote.sock
@@ -448,20 +392,25 @@ class Agent(CommandDesk, AlertDesk):
     # --- queries ----------------------------------------------------------------------------
 
     def _on_query(self, ident: bytes, msg: dict, client_key: str | None = None) -> None:
-        op = self._ops.get(msg["op"])
+        name = msg["op"]
         args = msg.get("args") or {}
         try:
-            if op is None:
-                raise ValueError(f"unknown query {str(msg['op'])[:40]!r}")
             if not isinstance(args, dict):
                 raise TypeError("query args must be a map")
-            if msg["op"] == "command":
-                args = {**args, "who": self._sender(args.get("who"), client_key)}
-            data = op(args)
+            if name in self._held_ops:  # commands: the desk may hold the answer until the trainer's ack
+                if name == "command":
+                    args = {**args, "who": self._sender(args.get("who"), client_key)}
+                data = self._held_ops[name](args, ident, msg["id"])
+                if data is None:
+                    return
+            elif name in self._ops:
+                data = self._ops[name](args)
+            else:
+                raise ValueError(f"unknown query {str(name)[:40]!r}")
         except (LookupError, ValueError, TypeError, OverflowError) as exc:
             self._bad_input(ident, exc.args[0] if exc.args else str(exc), msg["id"])
             return
-        self._replies.append((ident, {"t": "r", "id": msg["id"], "data": data}))
+        self._reply(ident, message("r", id=msg["id"], data=data))
 
     def _sender(self, claimed: Any, client_key: str | None) -> dict[str, str]:
         """Who sent a command: over CURVE, the authenticated key and its allow-list name; the
@@ -480,11 +429,11 @@ class Agent(CommandDesk, AlertDesk):
     def _op_runs(self, args: dict) -> list[dict]:
         rows = self.store.runs()
         firing: dict[str, list[str]] = {}
-        for alert in self.alerts.firing():
+        for alert in self.alerts.engine.firing():
             firing.setdefault(alert.run, []).append(alert.rule.name)
         for row in rows:
             row["alerts"] = sorted(set(firing.get(row["id"], ())))  # rules firing on it now
-            live = self.live.get(row["id"])
+            live = self.liveness.get(row["id"])
             if live is not None and row["kind"] == "train":
                 row["status"] = live.status
                 row["silent"] = round(time.time() - live.seen, 1)

@@ -20,7 +20,7 @@ import msgpack
 import zmq
 
 from pilothouse.trainer.helm import Helm
-from pilothouse.wire.messages import ProtocolError, pack, unpack
+from pilothouse.wire.messages import ProtocolError, message, pack, unpack
 from pilothouse.wire.records import REC_METRICS, encode_records
 
 log = logging.getLogger("pilothouse.outbox")
@@ -208,7 +208,7 @@ class Outbox:
             self._resend_timeout = min(self._resend_timeout * 2, 8.0)  # a busy agent is not a dead one
             self._need_hello = True
         if self._need_hello:
-            if not self._send_msg({**self.hello, "t": "hello"}):
+            if not self._send_msg(message("hello", **self.hello)):
                 return
             self._need_hello = False
         self._send_acks()  # after the hello: the agent must know the run
@@ -232,7 +232,7 @@ class Outbox:
             if cid is not None and answer["state"] != "scheduled":
                 self._answered[cid] = answer
                 self._taken.discard(cid)
-            self._send_msg({"t": "cack", "run": self.run, "rank": self.rank, **answer})
+            self._send_msg(message("cack", run=self.run, rank=self.rank, **answer))
 
     def _on_command(self, msg: dict) -> None:
         """Exactly once: a command already answered is answered again, one in hand is ignored."""
@@ -240,7 +240,7 @@ class Outbox:
         if not isinstance(cid, str) or self.helm is None:
             return
         if cid in self._answered:
-            self._send_msg({"t": "cack", "run": self.run, "rank": self.rank, **self._answered[cid]})
+            self._send_msg(message("cack", run=self.run, rank=self.rank, **self._answered[cid]))
         elif cid not in self._taken:
             self._taken.add(cid)
             self.helm.inbox.append(msg)
@@ -274,9 +274,9 @@ class Outbox:
     def _state(self, kind: str) -> dict:
         """Heartbeat and finish both carry the loss counters and the floor."""
         st = self.stats
-        return {"t": kind, "run": self.run, "rank": self.rank, "step": self.last_step, "floor": self._floor(),
-                "paused": bool(self.helm and self.helm.paused),
-                "dropped_records": st.dropped_records, "dropped_points": st.dropped_points}
+        return message(kind, run=self.run, rank=self.rank, step=self.last_step, floor=self._floor(),
+                       paused=bool(self.helm and self.helm.paused),
+                       dropped_records=st.dropped_records, dropped_points=st.dropped_points)
 
     def _read_replies(self) -> None:
         while True:

@@ -158,6 +158,17 @@ INBOUND = {
 }
 
 
+# What the agent sends: welcome/ack/nack/finished/cmd to trainers, r(eply)/err/data to readers.
+OUTBOUND = frozenset({"welcome", "ack", "nack", "finished", "cmd", "r", "err", "data"})
+
+
+def message(kind: str, **fields: Any) -> dict:
+    """Every message a process sends is built here, so no peer ever sees a type outside the closed sets."""
+    if kind not in INBOUND and kind not in OUTBOUND:
+        raise ValueError(f"unknown message type {kind!r}")
+    return {"t": kind, **fields}
+
+
 def decode(frame: bytes) -> dict:
     """Unpack and validate one inbound message, or raise ProtocolError saying what is wrong."""
     msg = unpack(frame)

@@ -8,7 +8,6 @@ agent's error text is shown as is (it says what was wrong with the rule).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,15 +37,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pilothouse.client import CALL_ERRORS, Client
+from pilothouse.client import Client
 
 from ..alerts import FLOAT_FIELDS, INT_FIELDS, KIND_FIELDS, KINDS, Alert, AlertBook, rule_from_form, rule_text
 from ..models import RunKey
+from .calls import Calls
 from .chart import MARKER_COLOR
 
 FIRING_COLOR = QColor(MARKER_COLOR)
 NOTIFY_MS = 15000
-CALL_TIMEOUT = 5.0
 FIELD_HINTS = {"metric": "e.g. loss or reward/mean", "threshold": "value", "for_steps": "consecutive steps (1)",
                "pct": "% below the running best", "window": "steps", "seconds": "seconds",
                "util": "GPU utilization % below which it is idle"}
@@ -113,7 +112,6 @@ def ask_rule(parent: QWidget, runs: list[tuple[str, str]]) -> tuple[dict, str | 
 
 
 class AlertsPanel(QWidget):
-    answered = Signal(str, str, str, bool, object)  # op, agent url, what was asked, ok, result or error text
     run_activated = Signal(object)  # a run key: show that run
 
     def __init__(self) -> None:
@@ -154,7 +152,8 @@ class AlertsPanel(QWidget):
             splitter.addWidget(box)
         splitter.addWidget(rules)
         QVBoxLayout(self).addWidget(splitter)
-        self.answered.connect(self._on_answer)
+        self.calls = Calls(self)
+        self.calls.answered.connect(self._on_answer)
 
     # --- alerts (from the local store: works offline) ---------------------------------------
 
@@ -214,21 +213,10 @@ class AlertsPanel(QWidget):
                    lambda c: c.remove_alert(rule["name"], run=rule.get("run")))
 
     def _call(self, op: str, url: str, what: str, fn: Callable[[Client], Any]) -> None:
-        threading.Thread(target=self._work, args=(op, url, what, fn), daemon=True).start()
+        self.calls.call(url, fn, (op, url, what))
 
-    def _work(self, op: str, url: str, what: str, fn: Callable[[Client], Any]) -> None:
-        """On a worker thread: the only place the panel talks to an agent."""
-        try:
-            with Client(url, timeout=CALL_TIMEOUT) as client:
-                ok, result = True, fn(client)
-        except CALL_ERRORS as exc:
-            ok, result = False, str(exc)
-        try:
-            self.answered.emit(op, url, what, ok, result)
-        except RuntimeError:  # the panel was deleted while the agent was answering
-            pass
-
-    def _on_answer(self, op: str, url: str, what: str, ok: bool, result: Any) -> None:
+    def _on_answer(self, tag: tuple[str, str, str], ok: bool, result: Any) -> None:
+        op, url, what = tag
         if not ok:
             self.status.setText(f"{what} failed: {result}")
             return

@@ -6,7 +6,6 @@ Network I/O lives in ``gui.network`` threads; their callbacks become Qt signals 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +33,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pilothouse.client import CALL_ERRORS, Client
 from pilothouse.wire.entries import KIND_EVENT, Entry, entry_body
 
 from ..alerts import Alert, AlertBook, Marker, is_alert, place
@@ -42,6 +40,7 @@ from ..local_store import LocalStore
 from ..models import RunKey, RunsModel
 from ..network import Health, Links
 from .alerts import AlertsPanel, Notifier
+from .calls import Calls
 from .charts import ChartsPanel
 from .config import ConfigPanel
 from .export import export_chart_png, export_run_csv
@@ -61,7 +60,6 @@ class Bridge(QObject):
 
     batch = Signal(str, object, object)  # agent url, entries, runs (or None)
     health = Signal(object)
-    answered = Signal(str, object)  # command name, the command's record or an error text
 
 
 class MainWindow(QMainWindow):
@@ -89,7 +87,8 @@ class MainWindow(QMainWindow):
         self._build()
         self.bridge.batch.connect(self._on_batch)
         self.bridge.health.connect(self._on_health)
-        self.bridge.answered.connect(self._on_answer)
+        self.calls = Calls(self)
+        self.calls.answered.connect(self._on_answer)
         self.redraw = QTimer(self, singleShot=True, interval=REDRAW_MS, timeout=self._redraw)
         self.links.start()
         self.system.show_agents(self.store)
@@ -193,7 +192,7 @@ class MainWindow(QMainWindow):
         settings.setValue("state", self.saveState())
         settings.setValue("dark", "true" if self.dark.isChecked() else "false")
         self.redraw.stop()
-        for signal in (self.bridge.batch, self.bridge.health, self.bridge.answered):
+        for signal in (self.bridge.batch, self.bridge.health, self.calls.answered):
             signal.disconnect()  # queued signals from link threads must not reach a closed store
         self.links.close()
         super().closeEvent(event)
@@ -381,18 +380,11 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"select a run to {command}", 5000)
             return
         for agent_url, run_id in keys:
-            threading.Thread(target=self._command, args=(agent_url, run_id, command), daemon=True).start()
+            self.calls.call(agent_url, lambda c, run=run_id: c.command(run, command, who={"client": "gui"}), command)
         self.statusBar().showMessage(f"{command}: waiting for the trainer's answer…")
 
-    def _command(self, agent_url: str, run_id: str, command: str) -> None:
-        try:
-            with Client(agent_url, timeout=5) as client:
-                self.bridge.answered.emit(command, client.command(run_id, command, who={"client": "gui"}))
-        except CALL_ERRORS as exc:
-            self.bridge.answered.emit(command, str(exc))
-
-    def _on_answer(self, command: str, answer: Any) -> None:
-        if isinstance(answer, str):
+    def _on_answer(self, command: str, ok: bool, answer: Any) -> None:
+        if not ok:
             text = f"{command} failed: {answer}"
         elif answer["state"] in ("applied", "scheduled"):
             text = answer["detail"]

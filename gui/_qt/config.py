@@ -9,11 +9,10 @@ sync, which must not freeze the window.  The answer comes back as a signal; on a
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -27,11 +26,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pilothouse.client import CALL_ERRORS, Client
 from pilothouse.wire.tuning import parse_assignment
 
 from ..local_store import LocalStore
 from ..models import RunKey, config_diff, flatten
+from .calls import Calls
 
 DIFF_COLOR = QColor("#fff1b8")
 READ_ONLY_COLOR = QColor("#8a8a8a")
@@ -47,7 +46,6 @@ def ask_confirm(parent: QWidget, run: str, key: str, value: Any) -> bool:
 
 
 class ConfigPanel(QWidget):
-    answered = Signal(object, str, object, object)  # run key, config key, old value, record or error text
 
     def __init__(self) -> None:
         super().__init__()
@@ -68,7 +66,8 @@ class ConfigPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addWidget(self.table)
-        self.answered.connect(self._on_answer)
+        self.calls = Calls(self)
+        self.calls.answered.connect(self._on_answer)
 
     def show_runs(self, keys: list[RunKey], store: LocalStore) -> None:
         """Show these runs' configs as the store has them (the agent updates them on each applied set)."""
@@ -114,24 +113,13 @@ class ConfigPanel(QWidget):
             self._show_value(name, old)
             return False
         self.status.setText(f"{name}={value!r}: waiting for the trainer's next sync…")
-        threading.Thread(target=self._send, args=(key, name, value, old), daemon=True).start()
+        self.calls.call(key[0], lambda c: c.command(key[1], "set", values={name: value}, wait=SET_WAIT,
+                                                    who={"client": "gui"}), (key, name, old))
         return True
 
-    def _send(self, key: RunKey, name: str, value: Any, old: Any) -> None:
-        """On a worker thread: the only place the panel talks to an agent."""
-        try:
-            with Client(key[0], timeout=5) as client:
-                answer: Any = client.command(key[1], "set", values={name: value}, wait=SET_WAIT,
-                                             who={"client": "gui"})
-        except CALL_ERRORS as exc:
-            answer = str(exc)
-        try:
-            self.answered.emit(key, name, old, answer)
-        except RuntimeError:  # the panel was deleted while the trainer was answering
-            pass
-
-    def _on_answer(self, key: RunKey, name: str, old: Any, answer: Any) -> None:
-        if isinstance(answer, str):
+    def _on_answer(self, tag: tuple[RunKey, str, Any], ok: bool, answer: Any) -> None:
+        key, name, old = tag
+        if not ok:
             self.status.setText(f"{name} not changed: {answer}")
         elif answer["state"] == "applied":
             self.status.setText(answer.get("detail") or f"{name} applied at step {answer.get('step')}")
@@ -142,7 +130,7 @@ class ConfigPanel(QWidget):
                                                         "it stays queued for the trainer's next sync")
         if key not in self.keys:
             return  # another selection is shown now
-        applied = answer.get("applied", {}) if isinstance(answer, dict) and answer["state"] == "applied" else {}
+        applied = answer.get("applied", {}) if ok and answer["state"] == "applied" else {}
         if name in applied:
             self.configs[key][name] = applied[name]
         self._show_value(name, self.configs[key].get(name, old))

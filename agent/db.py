@@ -1,0 +1,58 @@
+"""One way to open a SQLite file, for the node's journal and the app's store alike.
+
+WAL, so readers never block the writer; ``synchronous=NORMAL``, so a committed transaction
+survives the process being killed (a power cut may lose the last moments); a busy timeout set
+first, because several connections (the agent's checkpointer, the app's links and its UI) open
+the same file at once; and explicit transactions only, so each caller decides what is atomic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import sqlite_utils
+
+BUSY_MS = 5000
+
+
+def open_db(path: str | Path) -> sqlite_utils.Database:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite_utils.Database(path)
+    db.conn.isolation_level = None
+    db.execute(f"PRAGMA busy_timeout={BUSY_MS}")
+    _wal(db)
+    db.execute("PRAGMA synchronous=NORMAL")
+    return db
+
+
+def _wal(db: sqlite_utils.Database) -> None:
+    """Switch a new file to WAL.  Two connections doing it at once can get "database is locked"
+    without the busy handler being called (seen when the app's link and its UI open a new store
+    together), so the switch is retried for as long as the busy timeout."""
+    deadline = time.monotonic() + BUSY_MS / 1000
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def transaction(db: sqlite_utils.Database) -> Iterator[None]:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception: the write lock is taken at the start,
+    so two connections never deadlock upgrading a read to a write."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")

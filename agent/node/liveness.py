@@ -1,0 +1,111 @@
+"""Which trainer processes are alive: heartbeats in, verdicts out (running, paused, stale, crashed).
+
+A run silent for ``stale_after`` seconds is crashed if its process is gone from this host, else
+stale; a heartbeat brings it back.  Only a process on this host can be checked: elsewhere silence
+means stale.  Every change of status is written to the journal by the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psutil
+
+from pilothouse.node.journal import Store
+
+WATCHED = ("running", "paused", "stale")  # statuses a silence can change
+
+
+@dataclass
+class Trainer:
+    """What the agent knows of one trainer process between heartbeats."""
+
+    host: str
+    pid: int
+    pid_started: float | None
+    seen: float
+    status: str = "running"
+
+
+class Liveness:
+    def __init__(self, store: Store, host: str, stale_after: float):
+        self.store = store
+        self.host = host
+        self.stale_after = stale_after
+        self.runs: dict[str, Trainer] = {}
+        now = time.time()  # after a restart, runs that were running get the usual grace period, not a verdict
+        for row in store.db.query("SELECT id, host, pid, pid_started, status FROM runs "
+                                  "WHERE status IN ('running', 'paused', 'stale') AND kind='train'"):
+            self.runs[row["id"]] = Trainer(row["host"], row["pid"], row["pid_started"], now, row["status"])
+
+    def get(self, run: str) -> Trainer | None:
+        return self.runs.get(run)
+
+    def __iter__(self) -> Iterator[tuple[str, Trainer]]:
+        return iter(self.runs.items())
+
+    def status(self, run: str) -> str:
+        """The live status, or the journal's for a run no process has spoken for since the start."""
+        live = self.runs.get(run)
+        return live.status if live is not None else self.store.run_row(run)["status"]
+
+    def started(self, run: str, host: str, pid: int, pid_started: float | None) -> None:
+        """A (new) process speaks for the run."""
+        self.runs[run] = Trainer(host, pid, pid_started, time.time())
+
+    def heard(self, run: str, now: float) -> None:
+        live = self.runs.get(run)
+        if live is None:
+            row = self.store.run_row(run)
+            live = self.runs[run] = Trainer(row["host"], row["pid"], row["pid_started"], now, row["status"])
+        live.seen = now
+        if live.status in ("stale", "crashed"):
+            live.status = "running"
+            self.store.set_status(run, "running", now, reason="heartbeat resumed")
+
+    def set_status(self, run: str, status: str, now: float, reason: str) -> None:
+        live = self.runs.get(run)
+        if live is not None:
+            live.status = status
+        self.store.set_status(run, status, now, reason=reason)
+
+    def paused(self, run: str, paused: bool, now: float) -> None:
+        """A heartbeat says whether the trainer holds at a pause; a running or paused run follows it."""
+        live = self.runs.get(run)
+        if live is not None and live.status in ("running", "paused") and (live.status == "paused") != paused:
+            self.set_status(run, "paused" if paused else "running", now, "heartbeat")
+
+    def finished(self, run: str) -> bool:
+        """Mark the run's process finished; False if it already was (a repeated finish)."""
+        live = self.runs.get(run)
+        if live is not None and live.status == "finished":
+            return False
+        if live is not None:
+            live.status = "finished"
+        return True
+
+    def verdicts(self, now: float) -> list[tuple[str, str, float]]:
+        """(run, new status, seconds silent) for every run whose silence changed its status."""
+        changed = []
+        for run, live in self.runs.items():
+            if live.status not in WATCHED or now - live.seen < self.stale_after:
+                continue
+            verdict = "crashed" if self._process_gone(live) else "stale"
+            if verdict != live.status:
+                live.status = verdict
+                changed.append((run, verdict, now - live.seen))
+        return changed
+
+    def _process_gone(self, live: Trainer) -> bool:
+        if live.host != self.host:
+            return False
+        try:
+            proc = psutil.Process(live.pid)
+            reused = isinstance(live.pid_started, (int, float)) and abs(proc.create_time() - live.pid_started) > 1.0
+            return reused or proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+        except (psutil.Error, ValueError, TypeError, OverflowError):
+            return False
