@@ -343,15 +343,15 @@ def test_cli_adds_lists_and_removes_rules_and_they_survive_a_restart(tmp_path, a
     url = agent_proc.url
     added = cli(url, "add", "kl-high", "above", "metric=kl", "threshold=0.5", "for_steps=3", "pause=true")
     assert added.returncode == 0, added.stderr
-    assert cli(url, "add", "hook", "nonfinite", 'exec=["true"]').returncode == 0
+    assert cli(url, "add", "nan", "nonfinite", "metric=loss").returncode == 0
     listing = cli(url, "ls").stdout
-    assert "kl-high" in listing and "threshold=0.5" in listing and '["true"]' in listing
+    assert "kl-high" in listing and "threshold=0.5" in listing and "metric=loss" in listing
     agent_proc.kill()
     agent_proc.start()
     rules = json.loads(cli(url, "ls", "--json").stdout)
-    assert {(r["name"], r["source"]) for r in rules} == {("kl-high", "user"), ("hook", "user")}
+    assert {(r["name"], r["source"]) for r in rules} == {("kl-high", "user"), ("nan", "user")}
     assert cli(url, "rm", "kl-high").returncode == 0
-    assert [r["name"] for r in json.loads(cli(url, "ls", "--json").stdout)] == ["hook"]
+    assert [r["name"] for r in json.loads(cli(url, "ls", "--json").stdout)] == ["nan"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -359,6 +359,7 @@ def test_cli_adds_lists_and_removes_rules_and_they_survive_a_restart(tmp_path, a
     (["add", "x", "above", "metric=kl"], "above rules need threshold"),
     (["add", "x", "drop", "metric=r", "pct=30", "window=huge"], "window must be an integer"),
     (["add", "x", "nonfinite", "exec=[oops"], "bad rule field"),
+    (["add", "x", "nonfinite", 'exec=["sh", "-c", "id > /tmp/owned"]'], "taken only from the agent's --alerts file"),
     (["add", "x", "nonfinite", "--run", "nosuchrun"], "no run"),
     (["rm", "nosuch"], "no rule named 'nosuch'"),
     (["rm"], "one rule name"),
@@ -390,6 +391,34 @@ def test_bad_alerts_in_a_hello_are_refused_and_no_run_is_made(agent_proc):
         assert all(r["id"] != "badrules1" for r in client.runs())
         with pytest.raises(AgentError, match="no rule named"):
             client.remove_alert("x")
+
+
+def test_programs_run_only_from_the_rules_file(agent_proc, tmp_path):
+    """exec runs a program as the agent's user: a rule carrying one is refused from a trainer's
+    hello, from ph.init and from a client (CLI, app, CURVE peer alike), and nothing runs."""
+    import zmq
+
+    from pilothouse.wire.messages import message, pack, unpack
+
+    marker = tmp_path / "owned"
+    rule = {"name": "shell", "kind": "nonfinite", "exec": ["sh", "-c", f"id > {marker}"]}
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(agent_proc.url)
+    sock.send(pack(message("hello", run="execrun1", rank=0, project="p", name="n", host="h", pid=1, config={},
+                           alerts=[rule])))
+    assert sock.poll(5000)
+    reply = unpack(sock.recv())
+    sock.close()
+    assert reply["t"] == "err" and "taken only from the agent's --alerts file" in reply["msg"]
+    with pytest.raises(RuleError, match="taken only from the agent's --alerts file"):
+        ph.init(project="p", name="n", agent=agent_proc.url, alerts=[rule])
+    with agent_proc.client() as client:
+        with pytest.raises(AgentError, match="taken only from the agent's --alerts file"):
+            client.add_alert(rule)
+        assert client.alerts()["rules"] == []
+        assert all(r["id"] != "execrun1" for r in client.runs())
+    assert not marker.exists()
 
 
 # --- GPU rules (NVML faked: this machine has no NVIDIA GPU) and hooks ----------------------------------

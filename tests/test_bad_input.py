@@ -742,3 +742,64 @@ def test_no_process_builds_a_message_outside_the_closed_sets():
     assert not set(INBOUND) & OUTBOUND  # a type means one direction
     with pytest.raises(ValueError, match="unknown message type 'bogus'"):
         message("bogus", x=1)
+
+
+# --- hostile frames are refused alone: no stall, no rollback of anyone else's work ------------------
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _hello(run: str, **extra: Any) -> dict:
+    return {"t": "hello", "run": run, "rank": 0, "project": "hostile", "name": run, "host": "h", "pid": 1,
+            "config": {}, **extra}
+
+
+def test_a_deep_hello_in_the_middle_of_a_burst_is_refused_alone(tmp_path):
+    """A 600-deep config list used to raise RecursionError outside validation and roll back the
+    whole turn, other trainers' batches included: now only it is refused."""
+    proc = AgentProcess(tmp_path / "agent", free_port()).start()
+    peer = RawPeer(proc.url)
+    try:
+        assert peer.ask(_hello("goodrun1"))["t"] == "welcome"
+        keys, recs = encode_dict_records([[0, s, 1.0 + s, {"loss": float(s)}] for s in range(50)])
+        burst = [{"t": "rec", "run": "goodrun1", "rank": 0, "seq": 1, "floor": 1, "keys": keys, "recs": recs[:25]},
+                 _hello("deeprun1", config={"layers": _nested(600)}),
+                 {"t": "rec", "run": "goodrun1", "rank": 0, "seq": 26, "floor": 1, "keys": keys, "recs": recs[25:]}]
+        for msg in burst:  # back to back: one turn of the agent sees all three
+            peer.send(msg)
+        replies = [peer.reply(5) for _ in range(3)]
+        errs = [r for r in replies if r and r["t"] == "err"]
+        assert len(errs) == 1 and "nests deeper than" in errs[0]["msg"]
+        with proc.client() as client:
+            wait_until(lambda: len(client.series("goodrun1", "loss")[0]) == 50, what="both good batches stored")
+            assert all(r["id"] != "deeprun1" for r in client.runs())
+        assert "Traceback" not in proc.log.read_text()
+    finally:
+        peer.close()
+        proc.stop()
+
+
+def test_a_flood_of_hostile_frames_is_logged_in_lines_not_tracebacks(tmp_path):
+    """200 deep hellos: the agent keeps ingesting a trainer, and its log grows by lines, not 180 KB
+    of traceback each."""
+    proc = AgentProcess(tmp_path / "agent", free_port()).start()
+    run = ph.init(project="hostile", name="victim", agent=proc.url, heartbeat=0.2)
+    peer = RawPeer(proc.url)
+    try:
+        size_before = proc.log.stat().st_size
+        for i in range(200):
+            peer.send(_hello(f"flood{i}", config={"x": _nested(700)}))
+            run.log({"loss": float(i)}, step=i)
+        assert run.flush(20)
+        assert len(series(proc, run.id, "loss")[0]) == 200
+        grown = proc.log.stat().st_size - size_before
+        assert grown < 20_000, proc.log.read_text()[-2000:]
+        assert "Traceback" not in proc.log.read_text()
+    finally:
+        run.finish()
+        peer.close()
+        proc.stop()

@@ -32,6 +32,8 @@ from pilothouse.wire.records import (
     columnize,
 )
 
+_ABSENT = object()  # an undo entry for a key that was not there
+
 RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
                "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records")
 
@@ -66,6 +68,7 @@ class Store:
         self._pending: list[Entry] = []
         self._dirty_streams: set[tuple[str, int]] = set()
         self._dirty_runs: dict[str, int] = {}
+        self._undo: list[tuple[dict, Any, Any]] = []  # (mapping, key, old value) since the turn began
 
     def _create_tables(self) -> None:
         db = self.db
@@ -117,6 +120,7 @@ class Store:
             self.db.execute("UPDATE runs SET last_step=?, summary=? WHERE id=?",
                             [step, _packb(self.summaries.get(run, {})), run])
         self._dirty_runs.clear()
+        self._undo.clear()
         self.db.execute("COMMIT")
         return entries
 
@@ -127,9 +131,34 @@ class Store:
         self._pending.clear()
         self._dirty_streams.clear()
         self._dirty_runs.clear()
+        self._undo.clear()
         self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
         self.max_seq = {(r, k): s for r, k, s in self.db.execute("SELECT run, rank, max_seq FROM streams")}
         self.summaries.clear()
+
+    def mark(self) -> tuple:
+        """A savepoint, in SQLite and in memory: one message's writes can be undone alone."""
+        self.db.execute("SAVEPOINT message")
+        return self.head, len(self._pending), set(self._dirty_streams), dict(self._dirty_runs), len(self._undo)
+
+    def release(self) -> None:
+        self.db.execute("RELEASE message")
+
+    def undo(self, mark: tuple) -> None:
+        """Back to ``mark``: what one bad message wrote is gone, the rest of the turn stays."""
+        self.db.execute("ROLLBACK TO message")
+        self.db.execute("RELEASE message")
+        self.head, pending, self._dirty_streams, self._dirty_runs, undo = mark
+        del self._pending[pending:]
+        while len(self._undo) > undo:
+            mapping, key, old = self._undo.pop()
+            if old is _ABSENT:
+                mapping.pop(key, None)
+            else:
+                mapping[key] = old
+
+    def _changed(self, mapping: dict, key: Any) -> None:
+        self._undo.append((mapping, key, mapping.get(key, _ABSENT)))
 
     def _next_id(self) -> int:
         self.head += 1
@@ -265,6 +294,7 @@ class Store:
 
     def _advance(self, key: tuple[str, int], seq: int) -> None:
         if self.max_seq.get(key, 0) != seq:
+            self._changed(self.max_seq, key)
             self.max_seq[key] = seq
             self._dirty_streams.add(key)
 
@@ -296,10 +326,12 @@ class Store:
         entries: list[tuple] = []
         summary = self.summaries.get(run)
         if summary is None:
+            self._changed(self.summaries, run)
             summary = self.summaries[run] = self._load_summary(run)
         for col in columns:
             entries.append((run, KIND_METRIC, col.metric, rank, len(col.steps),
                             col.steps.tobytes(), col.vals.tobytes(), col.times.tobytes(), None))
+            self._changed(summary, col.metric)
             summary[col.metric] = float(col.vals[-1])
         for step, wall_time, rows in rollouts:
             entries.append((run, KIND_ROLLOUTS, None, rank, len(rows),

@@ -50,6 +50,14 @@ LOCAL, REMOTE = b"L", b"R"  # peer tags: which socket a routing id belongs to
 REMOTE_TYPES = frozenset({"q", "sub", "credit", "unsub"})  # readers and commands; trainers stay local
 
 
+class Refused(ProtocolError):
+    """A query the agent refuses: the error goes back to the asker under its request id."""
+
+    def __init__(self, text: str, req_id: int):
+        super().__init__(text)
+        self.req_id = req_id
+
+
 class Agent:
     """The loop; what it knows lives in components handed the journal: ``liveness`` (trainer
     processes), ``commands`` (the command desk), ``alerts`` (the alert desk), ``feed`` (readers)."""
@@ -85,6 +93,7 @@ class Agent:
         self.sampler = sampler if sampler is not None else SystemSampler()
         self.sample_interval = sample_interval
         self.bad_frames = 0
+        self.internal_errors = 0
         self._acks: dict[tuple[bytes, str, int], int] = {}
         self._replies: list[tuple[bytes, dict]] = []  # sent once the turn's writes are committed
         self._stop = threading.Event()
@@ -248,18 +257,50 @@ class Agent:
                 return
 
     def _handle(self, ident: bytes, body: list[bytes], client_key: str | None) -> None:
+        """One message, alone: refused or undone by itself, never rolling back the rest of the turn."""
         try:
-            if len(body) != 1:
-                raise ProtocolError(f"expected one frame per message, got {len(body)}")
-            msg = decode(body[0])
-            if client_key is not None and self.remote is not None and self.remote.allow.name(client_key) is None:
-                raise ProtocolError("this client's key is no longer allowed on this agent")
-            if client_key is not None and msg["t"] not in REMOTE_TYPES:
-                raise ProtocolError(f"{msg['t']!r} is not accepted from the network: trainers connect to the "
-                                    "agent's loopback address")
-            self._dispatch(ident, msg, client_key)
+            msg = self._check(body, client_key)
         except ProtocolError as exc:
             self._bad_input(ident, str(exc))
+            return
+        mark, replies = self.store.mark(), len(self._replies)
+        try:
+            self._dispatch(ident, msg, client_key)
+        except Exception as exc:
+            self.store.undo(mark)
+            del self._replies[replies:]
+            if not isinstance(exc, ProtocolError):
+                self._failed(msg, exc)
+                exc = ProtocolError(f"the agent could not handle this {msg['t']!r} message ({type(exc).__name__}); "
+                                    "nothing of it was kept")
+            self._bad_input(ident, str(exc), exc.req_id if isinstance(exc, Refused) else None)
+        else:
+            self.store.release()
+
+    def _check(self, body: list[bytes], client_key: str | None) -> dict:
+        if len(body) != 1:
+            raise ProtocolError(f"expected one frame per message, got {len(body)}")
+        try:
+            msg = decode(body[0])
+        except ProtocolError:
+            raise
+        except Exception as exc:  # a frame the checks themselves choke on (RecursionError, MemoryError)
+            raise ProtocolError(f"message could not be checked ({type(exc).__name__})") from None
+        if client_key is not None and self.remote is not None and self.remote.allow.name(client_key) is None:
+            raise ProtocolError("this client's key is no longer allowed on this agent")
+        if client_key is not None and msg["t"] not in REMOTE_TYPES:
+            raise ProtocolError(f"{msg['t']!r} is not accepted from the network: trainers connect to the "
+                                "agent's loopback address")
+        return msg
+
+    def _failed(self, msg: dict, exc: Exception) -> None:
+        """An unexpected error in one message: the first is logged with its traceback, later ones counted."""
+        self.internal_errors += 1
+        if self.internal_errors == 1:
+            log.error("a %r message failed and was undone", msg["t"], exc_info=exc)
+        elif self.internal_errors % 1000 == 0:
+            log.error("%d messages failed and were undone so far; last: %r (%s)", self.internal_errors, msg["t"],
+                      type(exc).__name__)
 
     def _bad_input(self, ident: bytes, text: str, req_id: int | None = None) -> None:
         self.bad_frames += 1
@@ -310,14 +351,14 @@ class Agent:
                                        expect=self.store.max_seq.get((run, rank), 0) + 1))
             return
         result = self.store.ingest(run, rank, msg["seq"], msg["floor"], msg["keys"], msg["recs"], now)
-        if result.expect is not None:
-            self._reply(ident, message("nack", run=run, rank=rank, reason="gap", expect=result.expect))
-        else:
-            self._acks[(ident, run, rank)] = result.seq
         if result.entries:
             self.alerts.on_entries(result.entries)
         self.liveness.heard(run, now)
         self.commands.route(ident, run, rank)
+        if result.expect is not None:
+            self._reply(ident, message("nack", run=run, rank=rank, reason="gap", expect=result.expect))
+        else:
+            self._acks[(ident, run, rank)] = result.seq  # last: an ack is sent only for what was kept
 
     def _on_heartbeat(self, ident: bytes, msg: dict, now: float) -> None:
         run = msg["run"]
@@ -408,8 +449,7 @@ class Agent:
             else:
                 raise ValueError(f"unknown query {str(name)[:40]!r}")
         except (LookupError, ValueError, TypeError, OverflowError) as exc:
-            self._bad_input(ident, exc.args[0] if exc.args else str(exc), msg["id"])
-            return
+            raise Refused(exc.args[0] if exc.args else str(exc), msg["id"]) from None
         self._reply(ident, message("r", id=msg["id"], data=data))
 
     def _sender(self, claimed: Any, client_key: str | None) -> dict[str, str]:
@@ -424,7 +464,8 @@ class Agent:
     def _op_ping(self, args: dict) -> dict:
         return {"version": __version__, "host": self.host, "head": self.store.head, "pid": os.getpid(),
                 "journal": self.store.journal_id,
-                "gpus": self.sampler.gpu_count, "bad_frames": self.bad_frames}
+                "gpus": self.sampler.gpu_count, "bad_frames": self.bad_frames,
+                "internal_errors": self.internal_errors}
 
     def _op_runs(self, args: dict) -> list[dict]:
         rows = self.store.runs()

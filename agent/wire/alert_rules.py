@@ -12,6 +12,8 @@ A rule is a flat map, the same wherever it comes from::
     exec = ["notify-me", "--urgent"]   # the alert as JSON on stdin, killed after exec_timeout s
 
 A bad rule is refused with a message naming the rule and the field; nothing half-applies.
+``exec`` runs a program as the agent's user, so it is taken only from the agent's own rules file
+(``load_rules``); a rule from any connection may pause and notify, never run a program.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ class Rule:
     spec: dict = field(default_factory=dict, compare=False)  # as given, with defaults: what `alerts ls` shows
 
 
-def check_rule(spec: Any, where: str = "rule") -> Rule:
+def check_rule(spec: Any, where: str = "rule", *, programs: bool = False) -> Rule:
+    """``programs``: the rule comes from the node owner's rules file, so ``exec`` may run."""
     if not isinstance(spec, dict):
         raise RuleError(f"{where}: a rule is a table of fields, got {type(spec).__name__}")
     name = spec.get("name")
@@ -98,16 +101,19 @@ def check_rule(spec: Any, where: str = "rule") -> Rule:
         raise RuleError(f"{where}: pause must be true or false, got {full['pause']!r:.40}")
     values["pause"] = full["pause"]
     values["exec"] = _argv(full["exec"], where)
+    if values["exec"] and not programs:
+        raise RuleError(f"{where}: exec runs a program as the agent's user, so it is taken only from the agent's "
+                        "--alerts file on the node; a rule sent over a connection may pause and notify")
     values["exec_timeout"] = _number(full["exec_timeout"], where, "exec_timeout", 0.0, 3600.0, low_open=True)
     return Rule(**values)
 
 
-def check_rules(specs: Any, where: str = "rules") -> list[Rule]:
+def check_rules(specs: Any, where: str = "rules", *, programs: bool = False) -> list[Rule]:
     if not isinstance(specs, list):
         raise RuleError(f"{where}: expected a list of rules, got {type(specs).__name__}")
     if len(specs) > MAX_RULES:
         raise RuleError(f"{where}: at most {MAX_RULES} rules, got {len(specs)}")
-    rules = [check_rule(spec, f"{where}[{i}]") for i, spec in enumerate(specs)]
+    rules = [check_rule(spec, f"{where}[{i}]", programs=programs) for i, spec in enumerate(specs)]
     names = [r.name for r in rules]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
@@ -127,7 +133,7 @@ def load_rules(path: str | Path) -> list[Rule]:
     extra = sorted(k for k in data if k != "rule")
     if extra:
         raise RuleError(f"{path}: only [[rule]] tables belong here, found {extra[0]!r}")
-    return check_rules(data.get("rule", []), str(path))
+    return check_rules(data.get("rule", []), str(path), programs=True)
 
 
 def _glob(value: Any, where: str, key: str) -> str:

@@ -73,6 +73,8 @@ def _config_value(value: Any, where: str, depth: int) -> Any:
     if isinstance(value, dict):
         return check_config(value, where, depth + 1)
     if isinstance(value, (list, tuple)):
+        if depth >= MAX_CONFIG_DEPTH:
+            raise ValueError(f"{where} nests deeper than {MAX_CONFIG_DEPTH} levels")
         return [_config_value(v, where, depth + 1) for v in value]
     if isinstance(value, int) and not isinstance(value, bool):
         check_int(value, where, -INT64_MAX - 1)
