@@ -22,7 +22,7 @@ import zmq.utils.monitor
 
 from pilothouse.security import Keyring, SecurityError, client_keys, key_hex, secure_client
 from pilothouse.wire.entries import KIND_METRIC, Page, check_page, join_chunks
-from pilothouse.wire.messages import MAX_MESSAGE_BYTES, ProtocolError, message, pack, unpack
+from pilothouse.wire.messages import ACK_STATES, MAX_MESSAGE_BYTES, ProtocolError, message, pack, unpack
 from pilothouse.wire.urls import DEFAULT_URL, check_url
 
 
@@ -187,7 +187,7 @@ class Client:
         One id per call: retrying after a lost answer can never apply it twice."""
         cid = uuid.uuid4().hex[:20]
         args = {"cid": cid, "run": run, "cmd": cmd, "values": values, "at_step": at_step,
-                "who": who or {"user": getpass.getuser(), "host": socket.gethostname(), "client": "cli"}}
+                "who": {"user": getpass.getuser(), "host": socket.gethostname(), "client": "cli", **(who or {})}}
         deadline = time.monotonic() + wait
         row: dict | None = None
         while (left := deadline - time.monotonic()) > 0:
@@ -197,7 +197,7 @@ class Client:
                        else self.request("command_status", held=hold, wait=hold, cid=cid))
             except AgentUnavailable:
                 continue  # the agent restarts or is busy: ask again with the same id
-            if row["state"] in ("applied", "rejected", "scheduled"):
+            if row["state"] in ACK_STATES:  # the trainer answered (or the agent refused)
                 return row
         return {**(row or {"cid": cid, "run": run, "cmd": cmd}), "state": "timeout"}
 

@@ -3,7 +3,7 @@
 The agent's loopback port stays plain (trainers and local tools); anything reachable from the
 network is a second, CURVE-only listener.  A keyring is one directory, like ``~/.ssh``:
 
-* ``pilothouse.key`` / ``pilothouse.key_secret`` and ``client.key`` / ``client.key_secret``, ZeroMQ
+* ``agent.key`` / ``agent.key_secret`` and ``client.key`` / ``client.key_secret``, ZeroMQ
   certificates (the secret files are 0600 and refused when others can read them);
 * ``allowed_clients``: the client public keys this node's agent admits, one ``KEY NAME`` a line;
 * ``known_agents``: the agent public key a client expects at each URL, one ``URL KEY`` a line.

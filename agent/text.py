@@ -22,6 +22,22 @@ def url_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """CLI ``key=value``: an int, a float, true/false, or else the text itself."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"expected key=value, got {text!r}")
+    low = raw.lower()
+    if low in ("true", "false"):
+        return key, low == "true"
+    for kind in (int, float):
+        try:
+            return key, kind(raw)
+        except ValueError:
+            continue
+    return key, raw
+
+
 def fmt_value(v: float) -> str:
     return f"{v:.6g}"
 

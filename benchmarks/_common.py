@@ -1,6 +1,6 @@
 """Shared helpers for the benchmarks: a real agent subprocess, statistics, tables, results.
 
-The agent is started through the real CLI (``python -m agent agent``) so the numbers
+The agent is started through the real CLI (``python -m pilothouse agent``) so the numbers
 include everything a user pays for: process boundary, ZeroMQ, SQLite commits.
 """
 

@@ -1,9 +1,9 @@
 """What alert rules cost the agent: per point in the engine, and end to end at full ingest speed.
 
-(1) Micro: the agent's own per-chunk call, ``AlertDesk._alert_on_entries`` (which runs
+(1) Micro: the agent's own per-chunk call, ``AlertDesk.on_entries`` (which runs
 ``AlertEngine.observe`` on each metric chunk it just stored), fed the chunks a 100-metric
 trainer produces, with 0, 1 and 20 rules loaded; and one rule of each kind on its own.
-(2) End to end: a real agent (``python -m agent agent --alerts rules.toml``), a trainer logging
+(2) End to end: a real agent (``python -m pilothouse agent --alerts rules.toml``), a trainer logging
 as fast as it can, a reader following the journal (bench_throughput's trainer, reader and
 zero-loss check), with no rules file, the 20 realistic rules, and 20 rules that all match
 every metric.  The issue's requirement: 20 rules must not cut ingest below 1 M points/s.
@@ -30,8 +30,9 @@ from bench_throughput import TARGET, check, metric_names, read_until, trainer
 from pilothouse.client import Client
 from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.alert_engine import AlertEngine
-from pilothouse.wire.alert_rules import Rule, load_rules
-from pilothouse.wire.entries import KIND_METRIC
+from pilothouse.node.rules_file import load_rules
+from pilothouse.wire.alert_rules import Rule
+from pilothouse.wire.entries import KIND_METRIC, Entry
 
 N_METRICS = 100  # per step: per-layer statistics of a big model (metric_names: model.layers.NN.<stat>)
 RUN = "bench-alerts"
@@ -126,12 +127,12 @@ def matched_rules(rules: list[Rule], names: list[str]) -> float:
 # --- (1) micro ------------------------------------------------------------------------------
 
 class _Desk(AlertDesk):
-    """The agent's alert mixin without an agent: ``_alert_on_entries`` as the agent calls it; the
-    edges it returns are counted instead of written to the journal."""
+    """The agent's alert desk without an agent: ``on_entries`` as the agent calls it; the edges it
+    returns are counted instead of written to the journal."""
 
     def __init__(self, rules: list[Rule]) -> None:
-        self.alerts = AlertEngine()
-        self.alerts.replace("file", "", rules)
+        self.engine = AlertEngine()
+        self.engine.replace("file", "", rules)
         self._names = {RUN: RUN}
         self.edges = 0
 
@@ -139,27 +140,27 @@ class _Desk(AlertDesk):
         self.edges += len(fired)
 
 
-def batches(names: list[str], steps: int, chunk: int) -> list[list[tuple]]:
+def batches(names: list[str], steps: int, chunk: int) -> list[list[Entry]]:
     """Stored entries as ``Store._entries`` makes them, ``chunk`` steps per trainer batch, value =
     step + metric index (bench_throughput's values)."""
     out = []
     for start in range(0, steps, chunk):
         s = np.arange(start, min(start + chunk, steps), dtype=np.int64)
         times = (s * 1e-4 + 1.7e9).astype(np.float64).tobytes()
-        out.append([(0, RUN, KIND_METRIC, name, 0, len(s), s.tobytes(), (s + j).astype(np.float64).tobytes(),
-                     times, None) for j, name in enumerate(names)])
+        out.append([Entry(0, RUN, KIND_METRIC, name, 0, len(s), s.tobytes(), (s + j).astype(np.float64).tobytes(),
+                           times, None) for j, name in enumerate(names)])
     return out
 
 
-def time_stream(rules: list[Rule], stream: list[list[tuple]]) -> tuple[int, int, int]:
-    """(CPU ns, wall ns, edges) of ``_alert_on_entries`` over the stream; the first batch (glob
+def time_stream(rules: list[Rule], stream: list[list[Entry]]) -> tuple[int, int, int]:
+    """(CPU ns, wall ns, edges) of ``on_entries`` over the stream; the first batch (glob
     matching, state creation) is a warm-up outside the clock."""
     desk = _Desk(rules)
-    desk._alert_on_entries(stream[0])
+    desk.on_entries(stream[0])
     cpu = wall = 0
     for batch in stream[1:]:
         c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
-        desk._alert_on_entries(batch)
+        desk.on_entries(batch)
         wall += time.perf_counter_ns() - w0
         cpu += time.thread_time_ns() - c0
     return cpu, wall, desk.edges
@@ -317,7 +318,8 @@ def end_to_end(points: int, trials: int) -> list[dict[str, Any]]:
 def sources() -> dict[str, str]:
     """sha256 (first 12 hex digits) of the alert code measured: the commit does not name an edited tree."""
     return {name: hashlib.sha256((ROOT / "agent" / name).read_bytes()).hexdigest()[:12]
-            for name in ("alerts.py", "alert_desk.py", "alert_rules.py", "store.py", "server.py")}
+            for name in ("node/alert_engine.py", "node/alert_desk.py", "wire/alert_rules.py", "node/journal.py",
+                         "node/server.py")}
 
 
 # --- report ---------------------------------------------------------------------------------
@@ -344,7 +346,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     e2e = end_to_end(e2e_points, e2e_trials)
     load1 = os.getloadavg()
 
-    print(f"\nAlert evaluation per stored chunk: AlertDesk._alert_on_entries (AlertEngine.observe on each "
+    print(f"\nAlert evaluation per stored chunk: AlertDesk.on_entries (AlertEngine.observe on each "
           f"metric chunk), {N_METRICS} metrics/step, value = step + metric index; thread CPU time, median of "
           f"{micro_trials} trials ({micro_s:.0f} s). Budget at 1 M points/s: 1,000 ns/pt for the agent's whole loop.\n")
     print(table(["rules", "rule evals/chunk", "chunk pts", "ns/pt", "+ns/pt vs 0", "µs/chunk", "wall ns/pt",

@@ -1,6 +1,6 @@
 """Many agents at once on loopback: points/s, end-to-end latency, CPU, memory, zero loss; CURVE vs plain TCP.
 
-N real agent subprocesses (``python -m agent agent``), each fed by one trainer run logging a
+N real agent subprocesses (``python -m pilothouse agent``), each fed by one trainer run logging a
 fixed schedule (``--rate`` points/s as ``--metrics`` scalars per step); reader processes
 follow every agent with ``Client.follow`` (credit flow, like the app).  Latency is the
 reader's receive time minus the record's own ``log()`` wall time (one sample per step).

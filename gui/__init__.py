@@ -1,5 +1,5 @@
-"""The Pilothouse desktop app (PySide6 + pyqtgraph).
+"""The Pilothouse desktop app (PySide6 + pyqtgraph), ``pilothouse.gui``; ``python -m pilothouse.gui``.
 
-Only ``gui._qt`` may import Qt; models, buffers, the local store and the network
-client stay plain Python.  The app itself is built under the desktop-app issue.
+Only ``pilothouse.gui._qt`` imports Qt; models, buffers, the local store and the network links
+stay plain Python, tested without a display.
 """

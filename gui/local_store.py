@@ -20,13 +20,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
 import platformdirs
 
 from pilothouse.db import open_db, transaction
 from pilothouse.wire.checks import INT64_MAX
-from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks, unpack_blob
+from pilothouse.wire.messages import pack
 
 ENV_APP_DATA = "PILOTHOUSE_APP_DATA"  # a folder; the store is store.sqlite inside it
 STORE_FILE = "store.sqlite"
@@ -40,9 +40,6 @@ def default_path() -> Path:
     folder = os.environ.get(ENV_APP_DATA) or Path(platformdirs.user_data_dir("pilothouse")) / "app"
     return Path(folder) / STORE_FILE
 
-
-def _unpackb(blob: bytes | None) -> Any:
-    return None if blob is None else msgpack.unpackb(blob, raw=False)
 
 
 class LocalStore:
@@ -133,7 +130,7 @@ class LocalStore:
         """Upsert the run dicts ``Client.runs()`` returned by this agent."""
         now = time.time()
         rows = [(url, r["id"], *(_column(r.get(c)) for c in _RUN_COLUMNS), now,
-                 msgpack.packb(r, use_bin_type=True)) for r in runs]
+                 pack(r)) for r in runs]
         with transaction(self.db):
             self.db.conn.executemany(f"INSERT OR REPLACE INTO runs VALUES ({','.join('?' * (len(_RUN_COLUMNS) + 4))})", rows)
 
@@ -152,7 +149,7 @@ class LocalStore:
     def runs(self, agent: str | None = None) -> list[dict]:
         """Run dicts as the agent last reported them, each with its ``agent`` URL added."""
         where, args = ("WHERE agent=?", [agent]) if agent is not None else ("", [])
-        return [{**_unpackb(data), "agent": url} for url, data in
+        return [{**unpack_blob(data), "agent": url} for url, data in
                 self.db.execute(f"SELECT agent, data FROM runs {where} ORDER BY created, agent, id", args)]
 
     def metrics(self, agent: str, run: str) -> list[str]:
@@ -175,7 +172,7 @@ class LocalStore:
         return self._bodies(agent, run, KIND_ROLLOUTS)
 
     def _bodies(self, agent: str, run: str, kind: str) -> list[dict]:
-        return [_unpackb(b) for (b,) in self.db.execute(
+        return [unpack_blob(b) for (b,) in self.db.execute(
             "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? ORDER BY id", [agent, run, kind])]
 
 

@@ -6,7 +6,7 @@ does). ``Series`` keeps, next to the raw points, the NaN-aware min and max of ev
 from a few buckets of one level (column edges moved onto bucket edges, by less than half a
 column), and the two edge columns exactly down to the raw points, so the visible range's
 extremes are exact and a single spike among millions of points stays visible at every zoom
-(DESIGN.md invariant 3: every point is kept; no sampling).
+(the README's promise: every point is kept; no sampling).
 
 Non-finite values (NaN, +-Inf) are stored as they came. The pyramid and ``view()`` skip them
 (a chart cannot place Inf), ``view()`` breaks the line at them (a NaN in the output, drawn as a

@@ -31,7 +31,7 @@ class RunRow:
     host: str
     lost_records: int
     created: float
-    alerts: int = 0  # rules firing on this run now (gui.alerts)
+    alerts: int = 0  # rules firing on this run now (pilothouse.gui.alerts)
 
     @property
     def key(self) -> RunKey:

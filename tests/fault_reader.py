@@ -1,5 +1,5 @@
 """A stand-in for the app's process in test_faults: follows one agent with the app's own plain
-network layer (``gui.network.Links``) into a ``LocalStore`` file, until it is killed.
+network layer (``pilothouse.gui.network.Links``) into a ``LocalStore`` file, until it is killed.
 
 Usage: python tests/fault_reader.py AGENT_URL STORE_PATH
 

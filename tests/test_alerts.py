@@ -29,7 +29,8 @@ from conftest import (
 import pilothouse as ph
 from pilothouse.client import AgentError, Client
 from pilothouse.node.alert_engine import AlertEngine, RunView, sliding_max, window_best
-from pilothouse.wire.alert_rules import RuleError, check_rule, load_rules
+from pilothouse.node.rules_file import load_rules
+from pilothouse.wire.alert_rules import RuleError, check_rule
 
 # --- the engine ----------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""gui.alerts: alert events -> firing alerts, badges, chart markers, and which ones notify."""
+"""pilothouse.gui.alerts: alert events -> firing alerts, badges, chart markers, and which ones notify."""
 
 from __future__ import annotations
 

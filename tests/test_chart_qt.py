@@ -1,4 +1,4 @@
-"""gui._qt.chart: the ChartWidget draws decimated curves that keep spikes, gaps and markers."""
+"""pilothouse.gui._qt.chart: the ChartWidget draws decimated curves that keep spikes, gaps and markers."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The ``pilothouse`` command with bad arguments: a clear message, the right exit status, nothing left behind.
 
 Reader commands run in-process through ``pilothouse.cli.main`` (fast, real sockets to a real agent);
-the ``agent`` command and anything whose traceback matters runs as a real ``python -m agent``.
+the ``agent`` command and anything whose traceback matters runs as a real ``python -m pilothouse``.
 """
 
 from __future__ import annotations

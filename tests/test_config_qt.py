@@ -1,8 +1,10 @@
-"""gui._qt.config: config comparison and live hyperparameter edits against a real agent and trainer."""
+"""pilothouse.gui._qt.config: config comparison and live hyperparameter edits against a real agent and trainer."""
 
 from __future__ import annotations
 
+import getpass
 import os
+import socket
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -11,7 +13,7 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 pytest.importorskip("PySide6")
 
-from conftest import finish, start_trainer, wait_until  # noqa: E402
+from conftest import finish, run_events, start_trainer, wait_until  # noqa: E402
 
 import pilothouse as ph  # noqa: E402
 from pilothouse.client import Client  # noqa: E402
@@ -94,6 +96,9 @@ def test_edit_lr_on_running_run_applies_and_bad_value_is_rejected(panel, qtbot, 
         assert cell(panel, "lr").text() == "0.01"  # the old value stays
         with Client(agent_proc.url) as client:
             assert next(r for r in client.runs() if r["id"] == run_id)["config"]["lr"] == 0.01
+            who = [e["who"] for e in run_events(client, run_id, "command")]
+            assert who[0] == {"user": getpass.getuser(), "host": socket.gethostname(), "client": "gui",
+                              "via": "loopback"}  # the app's commands say who sent them, like the CLI's
             client.command(run_id, "stop")
         assert "lr=" not in finish(trainer)  # the trainer saw no second change
     finally:

@@ -1,4 +1,4 @@
-"""The promises of DESIGN.md under real faults: real agent and trainer processes, real sockets."""
+"""The README's promises under real faults: real agent and trainer processes, real sockets."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 ``test_fuzz.py`` fuzzes the agent's port.  Here the roles turn round: a fake agent (a real
 ROUTER on loopback, ``FakeAgent``) answers the app's network layer (``pilothouse.client.Client``
-and ``gui.network.AgentLink``, which writes into ``gui.local_store.LocalStore``) with
+and ``pilothouse.gui.network.AgentLink``, which writes into ``pilothouse.gui.local_store.LocalStore``) with
 hypothesis-drawn garbage: raw bytes, random msgpack, and replies shaped like the protocol's
 (``r``/``err``/``data``/``welcome``/``ack``...) with wrong field types, out-of-range and
 negative cursors, entries of the wrong arity, NaN, deep nesting and long strings.  The app

@@ -90,14 +90,17 @@ def test_contracts_name_every_module():
 
 
 def test_import_pilothouse_is_cheap(tmp_path):
-    """A trainer's ``import pilothouse`` (and ``init``'s own imports) load no SQLite, Qt or torch; the
-    CLI and the node agent load no Qt or torch."""
+    """A trainer's ``import pilothouse`` and ``ph.init``'s own imports load no SQLite, Qt or torch;
+    the node agent, the CLI and the client load no Qt, no torch and none of the trainer's code."""
     heavy = "{'sqlite3', 'sqlite_utils', 'torch', 'transformers', 'PySide6', 'pyqtgraph', 'shiboken6'}"
-    code = ("import sys, pilothouse\n"
-            f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy})))\n"
-            "import pilothouse.client, pilothouse.node.server, pilothouse.cli\n"
-            f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy})))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
-    trainer, agent = out.stdout.splitlines()
-    assert trainer == ""
-    assert agent == "sqlite3,sqlite_utils"
+    loaded = f"','.join(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy}))"
+    trainer = ("import sys, pilothouse as ph\n"
+               "ph.init, ph.Run\n"
+               f"print({loaded})")
+    node = ("import sys, pilothouse.client, pilothouse.node.server, pilothouse.cli\n"
+            f"print({loaded})\n"
+            "print(','.join(sorted(m for m in sys.modules if m.startswith('pilothouse.trainer'))))")
+    out = subprocess.run([sys.executable, "-c", trainer], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert out.stdout.strip() == ""
+    out = subprocess.run([sys.executable, "-c", node], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert out.stdout.split("\n")[:2] == ["sqlite3,sqlite_utils", ""]

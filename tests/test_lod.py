@@ -1,4 +1,4 @@
-"""gui.lod: per-pixel min/max views are exact at every zoom, NaN/Inf are gaps, memory fits."""
+"""pilothouse.gui.lod: per-pixel min/max views are exact at every zoom, NaN/Inf are gaps, memory fits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gui._qt.system: real agents' host and GPU samples become per-node charts over wall time."""
+"""pilothouse.gui._qt.system: real agents' host and GPU samples become per-node charts over wall time."""
 
 from __future__ import annotations
 

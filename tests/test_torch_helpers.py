@@ -1,4 +1,4 @@
-"""agent.torch with a real agent, real torch and commands sent through the real client.
+"""pilothouse.torch with a real agent, real torch and commands sent through the real client.
 
 The training loop runs on a thread of the test process, so the test can look at the very
 optimizer and scheduler that the commands changed.

@@ -8,7 +8,8 @@ import pytest
 
 import pilothouse as ph
 from pilothouse.client import AgentError, Client
-from pilothouse.wire.tuning import build_schema, parse_assignment, validate_changes
+from pilothouse.text import parse_assignment
+from pilothouse.wire.tuning import build_schema, validate_changes
 
 CONFIG = {"lr": 1e-5, "kl_coef": 0.05, "group_size": 8, "use_kl": True, "mode": "grpo", "layers": [1, 2]}
 

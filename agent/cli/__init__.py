@@ -1,5 +1,5 @@
-"""The ``pilothouse`` command, one module per command group.  It lives with the agent so it works
-on GPU nodes without Qt."""
+"""The ``pilothouse`` command, one module per command group.  It never imports Qt, so it works on
+GPU nodes; ``gui`` and ``demo`` start the app as a process of its own."""
 
 from __future__ import annotations
 

@@ -8,10 +8,8 @@ import sys
 import time
 from typing import Any
 
-from pilothouse.cli.common import EXIT_USAGE, Reader
-from pilothouse.client import Client
-from pilothouse.security import Keyring
-from pilothouse.wire.tuning import parse_assignment
+from pilothouse.cli.common import EXIT_USAGE, Reader, client_for
+from pilothouse.text import parse_assignment
 
 
 def add_parser(reader: Reader) -> None:
@@ -24,7 +22,7 @@ def add_parser(reader: Reader) -> None:
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
-    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
+    with client_for(args) as client:
         if args.action == "add":
             try:
                 rule = _rule(args.words)

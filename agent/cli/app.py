@@ -19,14 +19,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     g.set_defaults(func=cmd_gui)
 
 
-DEMO_RUNS = (("lr3e-3", ["--lr", "3e-3", "--kl-coef", "0.05"]), ("lr1e-2", ["--lr", "1e-2", "--kl-coef", "0.1"]))
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     """An agent on a free loopback port, two GRPO runs with different hyperparameters, and the app."""
     from pilothouse.demo.launch import run_demo
 
-    return run_demo(args.steps, args.data, headless=args.headless, runs=DEMO_RUNS)
+    return run_demo(args.steps, args.data, headless=args.headless)
 
 
 def cmd_gui(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""What every command shares: exit codes, argument types, the options of a command that asks an agent."""
+"""What every command shares: exit codes, argument types, the client for a command's ``--agent``."""
 
 from __future__ import annotations
 
@@ -6,8 +6,16 @@ import argparse
 import math
 from collections.abc import Callable
 
+from pilothouse.client import Client
+from pilothouse.security import Keyring
+
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+
+def client_for(args: argparse.Namespace, timeout: float | None = None) -> Client:
+    """The client a reader command uses: its --agent, --timeout and --keys."""
+    return Client(args.agent, timeout=args.timeout if timeout is None else timeout, keys=Keyring(args.keys))
+
 
 Command = Callable[[argparse.Namespace], int]
 Reader = Callable[[str, str, Command], argparse.ArgumentParser]  # adds a command that talks to an agent

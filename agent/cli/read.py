@@ -6,9 +6,7 @@ import argparse
 import json
 import sys
 
-from pilothouse.cli.common import EXIT_ERROR, Reader
-from pilothouse.client import Client
-from pilothouse.security import Keyring
+from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
 from pilothouse.text import event_line, fmt_value, tail_lines, write_points
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, entry_body
 
@@ -33,7 +31,7 @@ def add_parsers(reader: Reader) -> None:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
+    with client_for(args) as client:
         runs = client.runs()
     if not args.all:
         runs = [r for r in runs if r["kind"] == "train"]
@@ -58,7 +56,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
+    with client_for(args) as client:
         run = client.resolve(args.run)
         after = 0 if args.history else client.ping()["head"]
         row = next(r for r in client.runs() if r["id"] == run)
@@ -77,7 +75,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
+    with client_for(args) as client:
         run = client.resolve(args.run)
         for page in client.history(run, [KIND_EVENT]):
             for e in page.entries:
@@ -87,7 +85,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    with Client(args.agent, timeout=args.timeout, keys=Keyring(args.keys)) as client:
+    with client_for(args) as client:
         run = client.resolve(args.run)
         try:
             out = open(args.output, "w", newline="") if args.output else sys.stdout

@@ -6,10 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from pilothouse.cli.common import EXIT_ERROR, Reader
-from pilothouse.client import Client
-from pilothouse.security import Keyring
-from pilothouse.wire.tuning import parse_assignment
+from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
+from pilothouse.text import parse_assignment
 
 
 def add_parsers(reader: Reader) -> None:
@@ -35,7 +33,7 @@ def _assignment(text: str) -> tuple[str, Any]:
 
 def cmd_command(args: argparse.Namespace) -> int:
     values = dict(getattr(args, "values", None) or []) or None
-    with Client(args.agent, timeout=min(args.timeout, 5.0), keys=Keyring(args.keys)) as client:
+    with client_for(args, timeout=min(args.timeout, 5.0)) as client:
         row = client.command(args.run, args.command, values=values, at_step=getattr(args, "at_step", None),
                              wait=args.timeout)
     state = row["state"]

@@ -33,13 +33,17 @@ def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: trainers stopped, agent ended
 
 
-def run_demo(steps: int, data: str | None, *, headless: bool, runs: tuple[tuple[str, list[str]], ...]) -> int:
+# the two runs compared: a name and the trainer's hyperparameter flags
+RUNS = (("lr3e-3", ["--lr", "3e-3", "--kl-coef", "0.05"]), ("lr1e-2", ["--lr", "1e-2", "--kl-coef", "0.1"]))
+
+
+def run_demo(steps: int, data: str | None, *, headless: bool, runs: tuple[tuple[str, list[str]], ...] = RUNS) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     folder = Path(data) if data else Path(tempfile.mkdtemp(prefix="pilothouse-demo-"))
     url = _free_url()
     procs: list[subprocess.Popen] = []
-    agent = subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--bind", url, "--data", str(folder / "agent"),
-                              "--log-level", "WARNING"])
+    agent = subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--bind", url,
+                              "--data", str(folder / "agent"), "--log-level", "WARNING"])
     try:
         _wait_for_agent(url, agent)
         print(f"demo agent on {url} (data in {folder})", flush=True)

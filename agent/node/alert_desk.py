@@ -25,7 +25,8 @@ from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.hooks import HookRunner
 from pilothouse.node.journal import Store
 from pilothouse.node.liveness import Liveness
-from pilothouse.wire.alert_rules import Rule, RuleError, check_rule, check_rules, load_rules
+from pilothouse.node.rules_file import load_rules
+from pilothouse.wire.alert_rules import Rule, RuleError, check_rule, check_rules
 from pilothouse.wire.entries import KIND_METRIC, Entry
 
 log = logging.getLogger("pilothouse.alerts")

@@ -18,7 +18,6 @@ import numpy as np
 from pilothouse.wire.alert_rules import Rule
 
 RuleKey = tuple[str, str, str]  # (source, scope: a run id or "" for every run, name)
-RUN_KINDS = ("stale",)  # rules about a run's liveness, not a metric
 METRIC_KINDS = ("nonfinite", "above", "below", "drop")
 
 

@@ -18,12 +18,11 @@ from typing import Any
 from pilothouse.node.journal import Store
 from pilothouse.node.liveness import Liveness
 from pilothouse.wire.checks import check_command_id, check_int, query_arg
-from pilothouse.wire.messages import COMMANDS, message
+from pilothouse.wire.messages import ACK_STATES, COMMANDS, message
 from pilothouse.wire.tuning import validate_changes
 
 Reply = Callable[[bytes, dict], None]  # queue a message to a peer; sent once the turn commits
 
-SETTLED = ("applied", "rejected", "scheduled")  # states a waiting client is answered with
 MAX_WAIT = 60.0  # seconds a request may be held; the client asks again for longer waits
 MAX_WAITING = 10_000  # held requests across clients; past it, requests are answered at once
 RESEND_AFTER = 1.0  # seconds before an unanswered command goes to the trainer again
@@ -161,7 +160,7 @@ class CommandDesk:
     # --- held requests -----------------------------------------------------------------------
 
     def _hold(self, row: dict, wait: float, ident: bytes, req_id: int) -> dict | None:
-        if row["state"] in SETTLED or wait <= 0 or sum(map(len, self._waiting.values())) >= MAX_WAITING:
+        if row["state"] in ACK_STATES or wait <= 0 or sum(map(len, self._waiting.values())) >= MAX_WAITING:
             return row
         self._waiting.setdefault(row["cid"], []).append(Waiter(ident, req_id, time.monotonic() + wait))
         return None

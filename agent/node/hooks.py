@@ -41,7 +41,6 @@ class HookRunner:
     def __init__(self) -> None:
         self._jobs: queue.Queue = queue.Queue(QUEUE_LIMIT)
         self.results: deque[HookResult] = deque(maxlen=1000)  # taken by the agent loop into events
-        self.skipped = 0
         self._thread = threading.Thread(target=self._work, name="alert-hooks", daemon=True)
         self._thread.start()
 
@@ -50,7 +49,6 @@ class HookRunner:
             self._jobs.put_nowait((run, rule, argv, json.dumps(_jsonable(alert), default=str), timeout))
             return True
         except queue.Full:
-            self.skipped += 1
             self.results.append(HookResult(run, rule, argv, None, False,
                                            f"skipped: {QUEUE_LIMIT} hooks already waiting"))
             return False

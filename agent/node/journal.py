@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import msgpack
 import numpy as np
 
 from pilothouse.db import open_db
 from pilothouse.wire.checks import INT64_MAX
-from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, Entry, join_chunks
-from pilothouse.wire.messages import ProtocolError
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, Entry, join_chunks, unpack_blob
+from pilothouse.wire.messages import MAX_PAGE_POINTS, ProtocolError, pack
 from pilothouse.wire.records import (
     REC_CHECKPOINT,
     REC_METRICS,
@@ -45,14 +44,6 @@ class IngestResult:
     seq: int
     expect: int | None = None
     entries: list[Entry] = field(default_factory=list)
-
-
-def _packb(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
-
-
-def _unpackb(blob: bytes | None) -> Any:
-    return None if blob is None else msgpack.unpackb(blob, raw=False)
 
 
 class Store:
@@ -118,7 +109,7 @@ class Store:
             self._dirty_streams.clear()
         for run, step in self._dirty_runs.items():
             self.db.execute("UPDATE runs SET last_step=?, summary=? WHERE id=?",
-                            [step, _packb(self.summaries.get(run, {})), run])
+                            [step, pack(self.summaries.get(run, {})), run])
         self._dirty_runs.clear()
         self._undo.clear()
         self.db.execute("COMMIT")
@@ -177,12 +168,12 @@ class Store:
                 f"VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 3))})",
                 [run_id, hello["project"], hello["name"], kind, hello["host"], hello["pid"],
                  hello.get("pid_started"), hello.get("created", now), "running", now, None, None,
-                 0, 0, 0, _packb(hello["config"]), _packb({}), _packb(hello.get("schema", {}))])
+                 0, 0, 0, pack(hello["config"]), pack({}), pack(hello.get("schema", {}))])
             self.event(run_id, "status", {"status": "running", "host": hello["host"], "pid": hello["pid"]})
         elif hello.get("rank", 0) == 0:  # the run's process, as far as liveness goes, is rank 0's
             self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=?, schema=? WHERE id=?",
                             [hello["host"], hello["pid"], hello.get("pid_started"), now,
-                             _packb(hello.get("schema", {})), run_id])
+                             pack(hello.get("schema", {})), run_id])
             if (row[1], row[2]) != (hello["pid"], hello.get("pid_started")):
                 return row[0]
         return None
@@ -193,17 +184,17 @@ class Store:
 
     def config_and_schema(self, run_id: str) -> tuple[dict, dict]:
         row = self.db.execute("SELECT config, schema FROM runs WHERE id=?", [run_id]).fetchone()
-        return _unpackb(row[0]) or {}, _unpackb(row[1]) or {}
+        return unpack_blob(row[0]) or {}, unpack_blob(row[1]) or {}
 
     def update_config(self, run_id: str, values: dict) -> None:
         config, _ = self.config_and_schema(run_id)
-        self.db.execute("UPDATE runs SET config=? WHERE id=?", [_packb({**config, **values}), run_id])
+        self.db.execute("UPDATE runs SET config=? WHERE id=?", [pack({**config, **values}), run_id])
 
     # --- commands (the audit trail lives in the journal as events) ------------------------
 
     def add_command(self, cid: str, run: str, cmd: str, args: dict, who: dict, now: float) -> None:
         self.db.execute("INSERT INTO commands VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                        [cid, run, cmd, _packb(args), _packb(who), now, "pending", None, "", _packb({}), now])
+                        [cid, run, cmd, pack(args), pack(who), now, "pending", None, "", pack({}), now])
 
     def command(self, cid: str) -> dict | None:
         rows = list(self.db.query("SELECT * FROM commands WHERE cid=?", [cid]))
@@ -211,7 +202,7 @@ class Store:
             return None
         row = rows[0]
         for key in ("args", "who", "applied"):
-            row[key] = _unpackb(row[key])
+            row[key] = unpack_blob(row[key])
         return row
 
     def open_commands(self, run: str) -> list[dict]:
@@ -221,7 +212,7 @@ class Store:
 
     def answer_command(self, cid: str, state: str, step: int, detail: str, applied: dict, now: float) -> None:
         self.db.execute("UPDATE commands SET state=?, step=?, detail=?, applied=?, updated=? WHERE cid=?",
-                        [state, step, detail, _packb(applied), now, cid])
+                        [state, step, detail, pack(applied), now, cid])
 
     def has_run(self, run_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM runs WHERE id=?", [run_id]).fetchone() is not None
@@ -240,9 +231,9 @@ class Store:
         out = []
         for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, summary, schema FROM runs "
                                  "ORDER BY created"):
-            row["config"] = _unpackb(row["config"])
-            row["schema"] = _unpackb(row["schema"]) or {}
-            row["summary"] = self.summaries.get(row["id"]) or _unpackb(row["summary"]) or {}
+            row["config"] = unpack_blob(row["config"])
+            row["schema"] = unpack_blob(row["schema"]) or {}
+            row["summary"] = self.summaries.get(row["id"]) or unpack_blob(row["summary"]) or {}
             out.append(row)
         return out
 
@@ -317,7 +308,7 @@ class Store:
             elif kind == REC_ROLLOUTS and len(rec) == 4:
                 rollouts.append((step, wall_time, check_rollouts(rec[3])))
             elif kind == REC_CHECKPOINT and len(rec) == 4 and isinstance(rec[3], str) and len(rec[3]) <= 4096:
-                notes.append(_packb({"event": "checkpoint", "time": wall_time, "cmd": "checkpoint", "cid": None,
+                notes.append(pack({"event": "checkpoint", "time": wall_time, "cmd": "checkpoint", "cid": None,
                                      "state": "applied", "step": step, "rank": rank, "applied": {"path": rec[3]},
                                      "detail": f"checkpoint saved at step {step}: {rec[3]}"}))
             else:
@@ -335,7 +326,7 @@ class Store:
             summary[col.metric] = float(col.vals[-1])
         for step, wall_time, rows in rollouts:
             entries.append((run, KIND_ROLLOUTS, None, rank, len(rows),
-                            None, None, None, _packb({"step": step, "time": wall_time, "rows": rows})))
+                            None, None, None, pack({"step": step, "time": wall_time, "rows": rows})))
         entries.extend((run, KIND_EVENT, None, rank, 0, None, None, None, body) for body in notes)
         if metric_recs or rollouts:
             last_step = max([r[1] for r in metric_recs[-1:]] + [r[0] for r in rollouts[-1:]])
@@ -344,18 +335,18 @@ class Store:
 
     def _load_summary(self, run: str) -> dict:
         row = self.db.execute("SELECT summary FROM runs WHERE id=?", [run]).fetchone()
-        return (_unpackb(row[0]) if row else None) or {}
+        return (unpack_blob(row[0]) if row else None) or {}
 
     def event(self, run: str, name: str, data: dict) -> Entry:
         entry = Entry(self._next_id(), run, KIND_EVENT, None, 0, 0, None, None, None,
-                      _packb({"event": name, "time": time.time(), **data}))
+                      pack({"event": name, "time": time.time(), **data}))
         self._pending.append(entry)
         return entry
 
     # --- reading ------------------------------------------------------------------------
 
     def read(self, after: int, *, run: str | None = None, kinds: Iterable[str] | None = None,
-             limit_points: int = 200_000, limit_entries: int = 2_000) -> tuple[list[Entry], int]:
+             limit_points: int = MAX_PAGE_POINTS, limit_entries: int = 2_000) -> tuple[list[Entry], int]:
         """Entries after cursor ``after``; returns (entries, cursor to continue from)."""
         where, args = ["id > ?"], [after]
         if run is not None:

@@ -36,8 +36,8 @@ class Liveness:
         self.stale_after = stale_after
         self.runs: dict[str, Trainer] = {}
         now = time.time()  # after a restart, runs that were running get the usual grace period, not a verdict
-        for row in store.db.query("SELECT id, host, pid, pid_started, status FROM runs "
-                                  "WHERE status IN ('running', 'paused', 'stale') AND kind='train'"):
+        for row in store.db.query("SELECT id, host, pid, pid_started, status FROM runs WHERE kind='train' AND "
+                                  f"status IN ({', '.join('?' * len(WATCHED))})", WATCHED):
             self.runs[row["id"]] = Trainer(row["host"], row["pid"], row["pid_started"], now, row["status"])
 
     def get(self, run: str) -> Trainer | None:

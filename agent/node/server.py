@@ -26,10 +26,10 @@ from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.journal import Store
 from pilothouse.node.liveness import Liveness
+from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.security import CurveListener, Keyring, key_hex
 from pilothouse.version import __version__
-from pilothouse.wire.alert_rules import load_rules
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, query_arg
 from pilothouse.wire.entries import check_kinds
 from pilothouse.wire.messages import (

@@ -28,6 +28,7 @@ from pilothouse.trainer.outbox import Outbox
 from pilothouse.wire.alert_rules import check_rules
 from pilothouse.wire.checks import (
     INT64_MAX,
+    SCALARS,
     check_config,
     check_int,
     check_name,
@@ -39,7 +40,6 @@ from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT, check_url
 
 log = logging.getLogger("pilothouse")
 
-_CONFIG_TYPES = (str, int, float, bool, type(None))  # rollout values too
 _FLOATS = frozenset((float,))
 _OPEN_RUNS: "weakref.WeakSet[Run]" = weakref.WeakSet()
 _MAX_ROLLOUT_TEXT = 16 << 20
@@ -261,7 +261,7 @@ def _number(key: str, value: Any) -> float | int:
 
 
 def _rollout_value(key: Any, value: Any) -> Any:
-    if isinstance(value, _CONFIG_TYPES) or not hasattr(value, "__float__"):
+    if isinstance(value, SCALARS) or not hasattr(value, "__float__"):
         return value
     return _number(key, value)  # numpy and torch scalars
 

@@ -13,16 +13,14 @@ A rule is a flat map, the same wherever it comes from::
 
 A bad rule is refused with a message naming the rule and the field; nothing half-applies.
 ``exec`` runs a program as the agent's user, so it is taken only from the agent's own rules file
-(``load_rules``); a rule from any connection may pause and notify, never run a program.
+(``node.rules_file``); a rule from any connection may pause and notify, never run a program.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 KINDS: dict[str, dict[str, Any]] = {  # kind -> its own fields and their defaults (None: required)
@@ -119,21 +117,6 @@ def check_rules(specs: Any, where: str = "rules", *, programs: bool = False) -> 
     if dup is not None:
         raise RuleError(f"{where}: rule name {dup!r} is used twice")
     return rules
-
-
-def load_rules(path: str | Path) -> list[Rule]:
-    """Rules from a TOML file of ``[[rule]]`` tables; RuleError names the file, rule and field."""
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RuleError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise RuleError(f"{path}: not valid TOML: {exc}") from None
-    extra = sorted(k for k in data if k != "rule")
-    if extra:
-        raise RuleError(f"{path}: only [[rule]] tables belong here, found {extra[0]!r}")
-    return check_rules(data.get("rule", []), str(path), programs=True)
 
 
 def _glob(value: Any, where: str, key: str) -> str:

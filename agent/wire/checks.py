@@ -17,7 +17,7 @@ _COMMAND_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 SYSTEM_RUN_PREFIX = "sys-"  # the agent's own host/GPU sample runs; no trainer may use it
 INT64_MAX = (1 << 63) - 1
 MAX_CONFIG_DEPTH = 8
-_CONFIG_SCALARS = (str, int, float, bool, type(None))
+SCALARS = (str, int, float, bool, type(None))  # what a config value or a rollout field may be
 
 
 def check_name(value: Any, what: str) -> str:
@@ -78,7 +78,7 @@ def _config_value(value: Any, where: str, depth: int) -> Any:
         return [_config_value(v, where, depth + 1) for v in value]
     if isinstance(value, int) and not isinstance(value, bool):
         check_int(value, where, -INT64_MAX - 1)
-    elif not isinstance(value, _CONFIG_SCALARS):
+    elif not isinstance(value, SCALARS):
         raise TypeError(f"{where} has type {type(value).__name__}; use str, int, float, bool or None")
     return value
 

@@ -49,8 +49,13 @@ def entry_points(entry: Entry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return join_chunks([(entry.steps, entry.vals, entry.times)])
 
 
+def unpack_blob(blob: bytes | None) -> Any:
+    """A stored msgpack blob (an entry's body, a run's config), None for none."""
+    return None if blob is None else msgpack.unpackb(blob, raw=False)
+
+
 def entry_body(entry: Entry) -> Any:
-    return None if entry.body is None else msgpack.unpackb(entry.body, raw=False)
+    return unpack_blob(entry.body)
 
 
 def check_kinds(value: Any) -> tuple[str, ...]:

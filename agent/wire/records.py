@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pilothouse.wire.checks import check_name
+from pilothouse.wire.checks import SCALARS, check_name
 from pilothouse.wire.messages import ProtocolError
 
 # Records inside a trainer batch: [0, step, wall_time, keyset_index, values] for metrics,
@@ -24,7 +24,6 @@ REC_ROLLOUTS = 1
 REC_CHECKPOINT = 2  # [2, step, wall_time, path]: a checkpoint the loop saved unasked
 
 MAX_ROLLOUT_ROWS = 10_000
-_ROLLOUT_VALUE_TYPES = (str, int, float, bool, type(None))
 
 
 def encode_records(records: list[tuple]) -> tuple[list[tuple[str, ...]], list[tuple]]:
@@ -144,6 +143,6 @@ def check_rollouts(rows: Any) -> list[dict]:
         if not isinstance(row, dict):
             raise ProtocolError(f"a rollout row must be a dict, got {type(row).__name__}")
         for key, value in row.items():
-            if not isinstance(key, str) or not isinstance(value, _ROLLOUT_VALUE_TYPES):
+            if not isinstance(key, str) or not isinstance(value, SCALARS):
                 raise ProtocolError(f"rollout field {str(key)[:40]!r} has unsupported type {type(value).__name__}")
     return rows

@@ -93,21 +93,5 @@ def coerce(key: str, value: Any, spec: Mapping[str, Any]) -> Any:
     return value
 
 
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """CLI ``key=value``: an int, a float, true/false, or else the text itself."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise ValueError(f"expected key=value, got {text!r}")
-    low = raw.lower()
-    if low in ("true", "false"):
-        return key, low == "true"
-    for kind in (int, float):
-        try:
-            return key, kind(raw)
-        except ValueError:
-            continue
-    return key, raw
-
-
 def _is_number(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)

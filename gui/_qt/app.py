@@ -1,6 +1,6 @@
 """The Pilothouse window: agents, the run list, charts, events and run control.
 
-Network I/O lives in ``gui.network`` threads; their callbacks become Qt signals here
+Network I/O lives in ``pilothouse.gui.network`` threads; their callbacks become Qt signals here
 (queued into the UI thread), and the UI redraws on one coalescing timer, not per message.
 """
 
@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from pilothouse.text import event_line  # the same lines as `pilothouse events`
 from pilothouse.wire.entries import KIND_EVENT, Entry, entry_body
 
 from ..alerts import Alert, AlertBook, Marker, is_alert, place
@@ -277,10 +278,6 @@ class MainWindow(QMainWindow):
         if key is None:
             self.events.setPlainText("")
             return
-        from pilothouse.text import (
-            event_line,  # plain text formatting shared with `pilothouse events`
-        )
-
         self.events.setPlainText("\n".join(event_line(e) for e in self.store.events(*key)))
 
     # --- alerts ---------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pilothouse.wire.tuning import parse_assignment
+from pilothouse.text import parse_assignment
 
 from ..local_store import LocalStore
 from ..models import RunKey, config_diff, flatten

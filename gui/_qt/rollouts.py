@@ -3,7 +3,7 @@
 One selected run shows its rows; two show side by side, the same prompt's completions in one
 line.  History comes from the local store and live entries append against the cursor taken in
 the same read snapshot (as the Charts tab does), so a batch is never shown twice nor skipped.
-What is shown (search, reward range, order, pairing) is decided by ``gui.rollouts``.
+What is shown (search, reward range, order, pairing) is decided by ``pilothouse.gui.rollouts``.
 """
 
 from __future__ import annotations

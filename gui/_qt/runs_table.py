@@ -1,4 +1,4 @@
-"""The run list as a Qt table: a thin QAbstractTableModel over ``gui.models.RunsModel``."""
+"""The run list as a Qt table: a thin QAbstractTableModel over ``pilothouse.gui.models.RunsModel``."""
 
 from __future__ import annotations
 
