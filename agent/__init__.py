@@ -9,15 +9,18 @@ from pilothouse.version import __version__
 
 __all__ = ["Run", "init", "__version__"]
 
-_ON_USE = {"init": "trainer.run", "Run": "trainer.run", "torch": None, "hf": None, "client": None}
+_MODULES = ("torch", "hf", "client")
 
 
 def __getattr__(name: str):
     """Everything loads on first use: ``ph.init`` the trainer side, ``ph.torch`` and ``ph.hf`` their
     frameworks, so the node agent, the CLI and the app never load the trainer or torch."""
-    if name not in _ON_USE:
-        raise AttributeError(f"module 'pilothouse' has no attribute {name!r}")
-    import importlib
+    if name in ("init", "Run"):
+        from pilothouse.trainer import run
 
-    module = importlib.import_module(f".{_ON_USE[name] or name}", __name__)
-    return module if _ON_USE[name] is None else getattr(module, name)
+        return run.init if name == "init" else run.Run
+    if name in _MODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'pilothouse' has no attribute {name!r}")

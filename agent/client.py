@@ -20,7 +20,7 @@ import numpy as np
 import zmq
 import zmq.utils.monitor
 
-from pilothouse.security import Keyring, SecurityError, client_keys, key_hex, secure_client
+from pilothouse.security import HANDSHAKE_FAILED, Keyring, SecurityError, client_keys
 from pilothouse.wire.entries import KIND_METRIC, Page, check_page, join_chunks
 from pilothouse.wire.messages import ACK_STATES, MAX_MESSAGE_BYTES, ProtocolError, message, pack, unpack
 from pilothouse.wire.urls import DEFAULT_URL, check_url
@@ -42,8 +42,8 @@ CALL_ERRORS = (AgentError, ProtocolError, SecurityError)
 
 
 class Client:
-    """Talks CURVE to any URL whose agent key the keyring knows (see ``pilothouse.security``), plain
-    TCP to other loopback URLs, and refuses a network URL it holds no agent key for."""
+    """Talks CURVE to every agent (see ``pilothouse.security``): with the key pinned for the URL, or on
+    loopback with the owner's local keys; refuses a network URL it holds no agent key for."""
 
     def __init__(self, url: str | None = None, timeout: float = 5.0, context: zmq.Context | None = None,
                  keys: Keyring | None = None):
@@ -62,11 +62,8 @@ class Client:
             sock.setsockopt(zmq.IMMEDIATE, 1)
             sock.setsockopt(zmq.IPV6, 1)
             sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)  # a broken agent cannot make us buffer more
-            if self._curve is not None:
-                secure_client(sock, *self._curve)
-                self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                                                        | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-                                                        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            self._curve.secure(sock)
+            self._monitor = sock.get_monitor_socket(HANDSHAKE_FAILED)
             sock.connect(self.url)
             self._sock = sock
         return self._sock
@@ -88,13 +85,9 @@ class Client:
             events.add(zmq.utils.monitor.parse_monitor_message(self._monitor.recv_multipart())["event"])
         self._reset()
         if zmq.EVENT_HANDSHAKE_FAILED_AUTH in events:
-            public = key_hex(self._curve[0].public) if self._curve else "?"
-            return AgentUnavailable(f"the agent at {self.url} refused this client's key {public}: on the agent's "
-                                    f"node run `pilothouse keys allow {public} --name NAME`")
+            return AgentUnavailable(self._curve.refused(self.url))
         if events:
-            return AgentUnavailable(f"CurveZMQ handshake with {self.url} failed: the agent key trusted for this "
-                                    f"URL does not match the agent's (`pilothouse keys show` on its node), or "
-                                    f"nothing there speaks CURVE")
+            return AgentUnavailable(self._curve.failed(self.url))
         return AgentUnavailable(f"no answer from the agent at {self.url} within {self.timeout:g} s "
                                 f"(start one with `pilothouse agent`)")
 

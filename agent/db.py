@@ -9,6 +9,7 @@ the same file at once; and explicit transactions only, so each caller decides wh
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -19,9 +20,21 @@ import sqlite_utils
 BUSY_MS = 5000
 
 
+def private_dir(path: Path) -> None:
+    """A folder only its owner can enter: made 0700, or narrowed to it (runs, configs and prompts
+    are nobody else's business on a shared node)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+
+
 def open_db(path: str | Path) -> sqlite_utils.Database:
+    """The file is 0600 before SQLite first opens it; its -wal and -shm files take the same mode."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if file.exists():
+            os.chmod(file, 0o600)  # a file from before this rule, or made under a loose umask
     db = sqlite_utils.Database(path)
     db.conn.isolation_level = None
     db.execute(f"PRAGMA busy_timeout={BUSY_MS}")

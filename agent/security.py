@@ -1,7 +1,13 @@
-"""CurveZMQ keys: who may reach an agent from another machine, and which agent a client trusts.
+"""CurveZMQ keys: only the owner gets in on the node, only listed keys from the network.
 
-The agent's loopback port stays plain (trainers and local tools); anything reachable from the
-network is a second, CURVE-only listener.  A keyring is one directory, like ``~/.ssh``:
+Loopback is not a trust boundary on a shared GPU node (every user reaches 127.0.0.1), so the
+agent's loopback port is CURVE too, with the owner's local keys: a keyring in the user config
+dir that the first process needing it creates (secrets 0600, the folder 0700).  Every process of
+the owner (trainers, CLI, app) reads it and gets in with no step to do; another user cannot read
+it, so their connections fail the handshake, and a process squatting on the port cannot finish
+one either (the client checks the agent's key).  Anything reachable from the network is a
+second, CURVE-only listener whose clients are listed by key.  A keyring is one directory, like
+``~/.ssh``:
 
 * ``agent.key`` / ``agent.key_secret`` and ``client.key`` / ``client.key_secret``, ZeroMQ
   certificates (the secret files are 0600 and refused when others can read them);
@@ -17,6 +23,7 @@ client talks CURVE only to the key it was told, so a wrong server cannot finish 
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -36,7 +43,11 @@ from pilothouse.wire.urls import check_url, is_loopback
 log = logging.getLogger("pilothouse.security")
 
 ENV_KEYS = "PILOTHOUSE_KEYS"
+ENV_LOCAL_KEYS = "PILOTHOUSE_LOCAL_KEYS"  # the owner's local keyring, if not the user config dir's
 ZAP_DOMAIN = "pilothouse"
+LOCAL_DOMAIN = "pilothouse-local"
+HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)  # socket monitor events: why no connection
 ROLES = ("agent", "client")
 ALLOWED_FILE = "allowed_clients"
 KNOWN_FILE = "known_agents"
@@ -53,8 +64,43 @@ class Keypair:
     secret: bytes
 
 
+@dataclass(frozen=True)
+class Credentials:
+    """How a client reaches one URL: its keypair, the agent key it expects, whose keys they are."""
+
+    keys: Keypair
+    server: str  # hex
+    local: bool  # the owner's local keys (loopback), not a key pinned with `keys trust`
+
+    def secure(self, sock: zmq.Socket) -> None:
+        secure_client(sock, self.keys, self.server)
+
+    def refused(self, url: str) -> str:
+        if self.local:
+            return (f"the agent at {url} refused this process: it belongs to another user (only its owner's "
+                    "processes get in on this node), or its owner's local keys are not these")
+        public = key_hex(self.keys.public)
+        return f"the agent at {url} refused this client's key {public}: on the agent's node run " \
+               f"`pilothouse keys allow {public} --name NAME`"
+
+    def failed(self, url: str) -> str:
+        if self.local:
+            return (f"the process listening at {url} is not your agent (its key is not your local agent key): "
+                    "another user's agent or a squatter on the port; nothing was sent to it")
+        return (f"CurveZMQ handshake with {url} failed: the agent key trusted for this URL does not match the "
+                "agent's (`pilothouse keys show` on its node), or nothing there speaks CURVE")
+
+
 def default_keys_dir() -> Path:
     return Path(os.environ.get(ENV_KEYS) or Path(platformdirs.user_config_dir("pilothouse")) / "keys")
+
+
+def local_keyring() -> Keyring:
+    """The owner's keys for the loopback port, made on first use: the same for every process of this
+    user (unlike ``--keys``, which is about the network), so a trainer and its agent always agree."""
+    ring = Keyring(os.environ.get(ENV_LOCAL_KEYS) or Path(platformdirs.user_config_dir("pilothouse")) / "local")
+    ring.ensure()
+    return ring
 
 
 def check_key(text: object) -> str:
@@ -91,6 +137,18 @@ class Keyring:
         self.dir = Path(directory) if directory is not None else default_keys_dir()
 
     # --- keypairs ------------------------------------------------------------------------
+
+    def ensure(self) -> None:
+        """Both keypairs exist, made now if not; two processes racing here make them once."""
+        if all(self._paths(role)[1].exists() for role in ROLES):
+            return
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.dir / ".lock", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self.init()
+        finally:
+            os.close(fd)
 
     def init(self, force: bool = False) -> list[Path]:
         """Create this machine's agent and client keypairs; existing ones are kept unless forced."""
@@ -239,56 +297,80 @@ class AllowList:
         return domain == ZAP_DOMAIN and self.name(key_hex(key)) is not None
 
 
-class CurveListener:
-    """The agent's network-facing ROUTER: CURVE server, ZAP on the same context, domain enforced."""
+class Owner:
+    """The ZAP callback of the loopback port: only the owner's own local client key gets in."""
 
-    def __init__(self, ctx: zmq.Context, url: str, ring: Keyring):
+    def __init__(self, ring: Keyring):
+        self.key = ring.keypair("client").public
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return domain == LOCAL_DOMAIN and key == self.key
+
+
+class Gate:
+    """The agent's ZAP handler, on the agent's own context: the owner on loopback, listed keys from
+    the network; with ``ZAP_ENFORCE_DOMAIN`` a dead handler refuses everyone instead of admitting."""
+
+    def __init__(self, ctx: zmq.Context):
+        self.auth = ThreadAuthenticator(ctx)
+        self.auth.start()
+
+    def local(self, sock: zmq.Socket, ring: Keyring) -> None:
+        self.auth.configure_curve_callback(LOCAL_DOMAIN, credentials_provider=Owner(ring))
+        secure_server(sock, ring.keypair("agent"), LOCAL_DOMAIN)
+
+    def stop(self) -> None:
+        self.auth.stop()
+
+
+class CurveListener:
+    """The agent's network-facing ROUTER: CURVE server, clients from the allow-list."""
+
+    def __init__(self, ctx: zmq.Context, gate: Gate, url: str, ring: Keyring):
         self.url = check_url(url, bind=True)
         keys = ring.keypair("agent")
         if not ring.allowed():
             raise SecurityError(f"no client may connect to {url}: allow one with "
                                 f"`pilothouse keys allow CLIENT_PUBLIC_KEY --name NAME` (keys in {ring.dir})")
         self.allow = AllowList(ring)
-        self.auth = ThreadAuthenticator(ctx)
-        self.auth.start()
-        self.auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=self.allow)
+        gate.auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=self.allow)
         self.sock = ctx.socket(zmq.ROUTER)
         secure_server(self.sock, keys)
         self.public = key_hex(keys.public)
 
     def close(self) -> None:
         self.sock.close(linger=0)
-        self.auth.stop()
 
 
-def secure_server(sock: zmq.Socket, keys: Keypair) -> None:
+def secure_server(sock: zmq.Socket, keys: Keypair, domain: str = ZAP_DOMAIN) -> None:
     sock.curve_server = True
     sock.curve_secretkey = keys.secret
     sock.curve_publickey = keys.public
-    sock.zap_domain = ZAP_DOMAIN.encode()
+    sock.zap_domain = domain.encode()
     sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)  # no ZAP handler answering means refused, not admitted
 
 
-def client_keys(url: str, ring: Keyring | None = None) -> tuple[Keypair, str] | None:
-    """This client's keypair and the agent key to expect at ``url``, or None for a plain local URL."""
+def client_keys(url: str, ring: Keyring | None = None) -> Credentials:
+    """This client's keypair and the agent key to expect at ``url``: a key pinned for the URL with
+    ``keys trust`` (a tunnel or a listener), else, on loopback, the owner's local keys."""
     ring = ring if ring is not None else Keyring()
     try:
         server = ring.agent_key(url) if ring.dir.exists() else None
     except SecurityError as exc:
         if not is_loopback(url):
             raise
-        # a local URL is plain unless a key was pinned for it; a keyring we must not trust cannot
-        # pin one, and it must not stop a trainer or a local tool either (a CURVE agent here
-        # would simply refuse the plain connection)
+        # a keyring we must not trust cannot pin a key; the owner's local keys still reach the
+        # owner's own agent, so a trainer or a local tool keeps working
         log.warning("ignoring the keyring for %s: %s", url, exc)
         server = None
     if server is None:
         if is_loopback(url):
-            return None
+            local = local_keyring()
+            return Credentials(local.keypair("client"), local.public("agent"), local=True)
         raise SecurityError(f"no agent key known for {url}: on the agent's node run `pilothouse keys show`, "
                             f"then here `pilothouse keys trust {url} AGENT_PUBLIC_KEY` (or use an SSH tunnel "
                             f"to the agent's loopback port)")
-    return ring.keypair("client"), server
+    return Credentials(ring.keypair("client"), server, local=False)
 
 
 def secure_client(sock: zmq.Socket, keys: Keypair, server_key: str) -> None:

@@ -7,16 +7,39 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+import zmq
 
-from pilothouse.client import Client, reachable
-from pilothouse.wire.entries import entry_body
+# every process of these tests is "the owner": one local keyring for the whole session, never the
+# user's real one (a module-scoped agent and a later test's trainer must hold the same keys)
+os.environ["PILOTHOUSE_LOCAL_KEYS"] = tempfile.mkdtemp(prefix="pilothouse-local-keys-")
+
+from pilothouse.client import Client, reachable  # noqa: E402
+from pilothouse.security import local_keyring, secure_client  # noqa: E402
+from pilothouse.wire.entries import entry_body  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def as_owner(sock: zmq.Socket) -> zmq.Socket:
+    """A raw socket that speaks for the agents' owner: the owner's local CURVE keys, as every
+    trainer, CLI and app of this user has them."""
+    ring = local_keyring()
+    secure_client(sock, ring.keypair("client"), ring.public("agent"))
+    return sock
+
+
+def owner_agent_socket(sock: zmq.Socket) -> zmq.Socket:
+    """A raw server socket that the owner's clients take for their agent (it holds the local agent key)."""
+    keys = local_keyring().keypair("agent")
+    sock.curve_server = True
+    sock.curve_secretkey, sock.curve_publickey = keys.secret, keys.public
+    return sock
 
 
 def free_port() -> int:

@@ -18,6 +18,7 @@ import pytest
 from conftest import (
     ROOT,
     AgentProcess,
+    as_owner,
     finish,
     free_port,
     run_cli,
@@ -381,6 +382,7 @@ def test_bad_alerts_in_a_hello_are_refused_and_no_run_is_made(agent_proc):
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
+    as_owner(sock)
     sock.connect(agent_proc.url)
     sock.send(pack({"t": "hello", "run": "badrules1", "rank": 0, "project": "p", "name": "n", "host": "h",
                     "pid": 1, "config": {}, "alerts": [{"name": "x", "kind": "drop", "metric": "r", "pct": 900}]}))
@@ -405,6 +407,7 @@ def test_programs_run_only_from_the_rules_file(agent_proc, tmp_path):
     rule = {"name": "shell", "kind": "nonfinite", "exec": ["sh", "-c", f"id > {marker}"]}
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
+    as_owner(sock)
     sock.connect(agent_proc.url)
     sock.send(pack(message("hello", run="execrun1", rank=0, project="p", name="n", host="h", pid=1, config={},
                            alerts=[rule])))

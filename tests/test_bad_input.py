@@ -20,7 +20,7 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from conftest import AgentProcess, encode_dict_records, free_port, wait_until
+from conftest import AgentProcess, as_owner, encode_dict_records, free_port, wait_until
 from zmq.utils.monitor import recv_monitor_message
 
 import pilothouse as ph
@@ -63,6 +63,7 @@ class RawPeer:
     def __init__(self, url: str):
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        as_owner(self.sock)
         self.sock.connect(url)
 
     def send(self, msg: Any) -> None:
@@ -654,6 +655,7 @@ def test_wire_oversized_frame_drops_the_connection_and_the_agent_serves_others(w
     sock.setsockopt(zmq.LINGER, 0)
     monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     try:
+        as_owner(sock)
         sock.connect(proc.url)
         sock.send(b"\x80" * (MAX_MESSAGE_BYTES + 1))
         assert monitor.poll(10_000), "the agent did not drop a connection that sent a frame over its bound"

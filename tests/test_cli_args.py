@@ -15,7 +15,7 @@ import time
 import msgpack
 import pytest
 import zmq
-from conftest import ROOT, AgentProcess, free_port, run_cli
+from conftest import ROOT, AgentProcess, as_owner, free_port, run_cli
 
 import pilothouse as ph
 from pilothouse.cli import main
@@ -269,6 +269,7 @@ def test_agent_data_dir_that_cannot_be_used_is_a_clear_error(tmp_path, target):
 def test_runs_json_survives_any_stored_config(agent_proc):
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    as_owner(sock)
     sock.connect(agent_proc.url)
     try:
         sock.send(msgpack.packb({"t": "hello", "run": "rawcfg1", "rank": 0, "project": "p", "name": "n",

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import zmq
-from conftest import ROOT, finish, run_events, start_trainer, wait_until
+from conftest import ROOT, as_owner, finish, run_events, start_trainer, wait_until
 
 from pilothouse.client import Client
 from pilothouse.gui.local_store import LocalStore
@@ -280,6 +280,7 @@ class MuteReader:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.RCVHWM, 1)
         self.sock.setsockopt(zmq.RCVBUF, 64 << 10)
+        as_owner(self.sock)
         self.sock.connect(url)
         self.sock.send(pack({"t": "sub", "after": 0, "credit": self.CREDIT, "run": run_id, "kinds": []}))
 

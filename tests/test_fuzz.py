@@ -27,6 +27,7 @@ import pytest
 import zmq
 from conftest import (
     AgentProcess,
+    as_owner,
     encode_dict_records,
     finish,
     free_port,
@@ -94,6 +95,7 @@ class Prober:
         self.proc = proc
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        as_owner(self.sock)
         self.sock.connect(proc.url)
         self.my_pings: set[int] = set()
         self.lost_pings = 0  # pings whose turn was rolled back (known bugs, see the module docstring)

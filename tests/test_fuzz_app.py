@@ -36,7 +36,7 @@ import numpy as np
 import psutil
 import pytest
 import zmq
-from conftest import AgentProcess, finish, free_port, start_trainer, wait_until
+from conftest import AgentProcess, as_owner, finish, free_port, owner_agent_socket, start_trainer, wait_until
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_fuzz import snapshot
@@ -173,7 +173,7 @@ class FakeAgent:
 
     def __init__(self):
         self.url = f"tcp://127.0.0.1:{free_port()}"
-        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self.sock = owner_agent_socket(zmq.Context.instance().socket(zmq.ROUTER))
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.bind(self.url)
         self.lock = threading.Lock()
@@ -649,6 +649,7 @@ def test_agent_memory_bounded_under_fuzz_and_churn(tmp_path):
         rng = random.Random(20240601)
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        as_owner(sock)
         sock.connect(proc.url)
         ping_id = iter(range(10 ** 9, 2 * 10 ** 9))
 
@@ -678,6 +679,7 @@ def test_agent_memory_bounded_under_fuzz_and_churn(tmp_path):
             for k in range(connections):
                 churn = ctx.socket(zmq.DEALER)
                 churn.setsockopt(zmq.LINGER, 0)
+                as_owner(churn)
                 churn.connect(proc.url)
                 churn.send(msgpack.packb({"t": "sub", "after": rng.randrange(0, 50), "credit": 8,
                                           "kinds": ["m", "e"]}))

@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from conftest import finish, run_events, start_trainer, wait_until
+from conftest import as_owner, finish, run_events, start_trainer, wait_until
 from conftest import run_cli as cli
 
 from pilothouse.client import AgentError, Client
@@ -220,6 +220,7 @@ def _query(url: str, op: str, timeout: float, **args) -> tuple[list[dict], float
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    as_owner(sock)
     sock.connect(url)
     try:
         sock.send(pack(message("q", id=7, op=op, args=args)))

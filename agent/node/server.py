@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 import zmq
 
+from pilothouse.db import private_dir
 from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.feed import ReaderFeed
@@ -28,7 +29,7 @@ from pilothouse.node.journal import Store
 from pilothouse.node.liveness import Liveness
 from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
-from pilothouse.security import CurveListener, Keyring, key_hex
+from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
 from pilothouse.version import __version__
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, query_arg
 from pilothouse.wire.entries import check_kinds
@@ -75,15 +76,18 @@ class Agent:
                              f"(ssh -N -L 7766:127.0.0.1:7766 node).")
         self.data_dir = Path(data_dir)
         self._ctx = zmq.Context()
+        self.gate = Gate(self._ctx)  # ZAP on the agent's own context: the owner locally, listed keys remotely
         self.sock = self._ctx.socket(zmq.ROUTER)
         _tune(self.sock)
         self.remote: CurveListener | None = None
         try:
+            self.gate.local(self.sock, local_keyring())
             if listen is not None:
-                self.remote = CurveListener(self._ctx, listen, keys if keys is not None else Keyring())
+                self.remote = CurveListener(self._ctx, self.gate, listen, keys if keys is not None else Keyring())
                 _tune(self.remote.sock)
                 self.remote.sock.bind(self.remote.url)
             self.sock.bind(self.bind)  # before touching the data dir: a busy port leaves nothing behind
+            private_dir(self.data_dir)
             self.store = Store(self.data_dir / "journal.sqlite")
         except BaseException:
             self._close_sockets()
@@ -163,6 +167,7 @@ class Agent:
         self.sock.close(linger=0)
         if self.remote is not None:
             self.remote.close()
+        self.gate.stop()
         self._ctx.term()
 
     def _checkpoint_loop(self, interval: float = 1.0) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +23,10 @@ def ensure_local_agent(url: str, data_dir: Path | None = None) -> None:
     if reachable(url):
         return
     data_dir = data_dir or default_data_dir()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / "agent.log", "ab") as out:
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log_path = data_dir / "agent.log"
+    with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
+        os.chmod(log_path, 0o600)
         subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--bind", url, "--data", str(data_dir)],
                          stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
                          close_fds=True)

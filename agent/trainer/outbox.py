@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import msgpack
 import zmq
+import zmq.utils.monitor
 
+from pilothouse.security import HANDSHAKE_FAILED, client_keys
 from pilothouse.trainer.helm import Helm
 from pilothouse.wire.messages import ProtocolError, message, pack, unpack
 from pilothouse.wire.records import REC_METRICS, encode_records
@@ -61,6 +63,7 @@ class Outbox:
                  flush_interval: float = 0.02, heartbeat_interval: float = 1.0,
                  resend_after: float = 1.0, context: zmq.Context | None = None):
         self.url = url
+        self._curve = client_keys(url)  # the owner's local keys, or a key pinned for the URL
         self.hello = hello
         self.run, self.rank = hello["run"], hello["rank"]
         self.queue: collections.deque = collections.deque()
@@ -134,11 +137,14 @@ class Outbox:
         sock.setsockopt(zmq.IPV6, 1)
         sock.setsockopt(zmq.IMMEDIATE, 1)  # no silent queueing towards an absent agent
         sock.setsockopt(zmq.SNDHWM, 64)
+        self._curve.secure(sock)
+        monitor = sock.get_monitor_socket(HANDSHAKE_FAILED)
         sock.connect(self.url)
         self._sock = sock
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
         next_hb = 0.0
         try:
             while not self._stop.is_set():
@@ -147,6 +153,8 @@ class Outbox:
                     os.read(self._wake_r, 4096)
                 if sock in ready:
                     self._read_replies()
+                if monitor in ready:
+                    self._handshake_failed(monitor)
                 self._drain_queue()
                 now = time.monotonic()
                 self._send_due(now)
@@ -156,7 +164,16 @@ class Outbox:
         except Exception:  # never take the training process down with us
             log.exception("pilothouse I/O thread stopped")
         finally:
+            sock.disable_monitor()
+            monitor.close(linger=0)
             sock.close(linger=0)
+
+    def _handshake_failed(self, monitor: zmq.Socket) -> None:
+        """The agent refused us, or what listens there is not our agent: said in the stats, records kept."""
+        while monitor.poll(0):
+            event = zmq.utils.monitor.parse_monitor_message(monitor.recv_multipart())["event"]
+            self._error(self._curve.refused(self.url) if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                        else self._curve.failed(self.url))
 
     def _drain_queue(self) -> None:
         queue = self.queue
