@@ -31,7 +31,12 @@ class AgentError(RuntimeError):
 
 
 class AgentUnavailable(AgentError):
-    """No answer from the agent within the timeout."""
+    """No answer from the agent within the timeout; ``refused``: it (or what listens there) turned
+    this client away, so asking again will not help."""
+
+    def __init__(self, text: str, refused: bool = False):
+        super().__init__(text)
+        self.refused = refused
 
 
 HOLD = 20.0  # seconds one command request lets the agent hold its answer; longer waits ask again
@@ -85,9 +90,9 @@ class Client:
             events.add(zmq.utils.monitor.parse_monitor_message(self._monitor.recv_multipart())["event"])
         self._reset()
         if zmq.EVENT_HANDSHAKE_FAILED_AUTH in events:
-            return AgentUnavailable(self._curve.refused(self.url))
+            return AgentUnavailable(self._curve.refused(self.url), refused=True)
         if events:
-            return AgentUnavailable(self._curve.failed(self.url))
+            return AgentUnavailable(self._curve.failed(self.url), refused=True)
         return AgentUnavailable(f"no answer from the agent at {self.url} within {self.timeout:g} s "
                                 f"(start one with `pilothouse agent`)")
 
@@ -188,7 +193,9 @@ class Client:
             try:
                 row = (self.request("command", held=hold, wait=hold, **args) if row is None
                        else self.request("command_status", held=hold, wait=hold, cid=cid))
-            except AgentUnavailable:
+            except AgentUnavailable as exc:
+                if exc.refused:
+                    raise
                 continue  # the agent restarts or is busy: ask again with the same id
             if row["state"] in ACK_STATES:  # the trainer answered (or the agent refused)
                 return row

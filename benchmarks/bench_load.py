@@ -1,15 +1,16 @@
-"""Many agents at once on loopback: points/s, end-to-end latency, CPU, memory, zero loss; CURVE vs plain TCP.
+"""Many agents at once on loopback: points/s, end-to-end latency, CPU, memory, zero loss; the loopback
+port vs the network listener.
 
 N real agent subprocesses (``python -m pilothouse agent``), each fed by one trainer run logging a
 fixed schedule (``--rate`` points/s as ``--metrics`` scalars per step); reader processes
 follow every agent with ``Client.follow`` (credit flow, like the app).  Latency is the
 reader's receive time minus the record's own ``log()`` wall time (one sample per step).
-psutil samples every process once a second.  Each mode gets fresh agents; in ``curve``
-mode the readers connect to the agent's CurveZMQ listener instead of its loopback port
-(trainers always use the loopback port), so the difference is the cost of CURVE on the
-reading path.  Every step of every run must arrive exactly once, else the exit status is 1.
+psutil samples every process once a second.  Each mode gets fresh agents; in ``loopback`` mode the
+readers connect to the agent's loopback port (CurveZMQ with the owner's local keys, like trainers),
+in ``listener`` mode to its network listener (CurveZMQ, clients from an allow-list); trainers
+always use the loopback port, so the difference is the listener's cost on the reading path.  Every step of every run must arrive exactly once, else the exit status is 1.
 
-    python benchmarks/bench_load.py [--agents 32] [--rate 2000] [--seconds 45] [--rounds 2] [--modes plain,curve] [--quick]
+    python benchmarks/bench_load.py [--agents 32] [--rate 2000] [--seconds 45] [--rounds 2] [--modes loopback,listener] [--quick]
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pilothouse.wire.entries import entry_points
 
 STALL_SECONDS = 60.0  # a reader gives up on an agent (and reports loss) after this long without a new point
 READY_SECONDS = 120.0  # for 32 agents + their trainers and readers to start on a busy 2-core machine
-MODES = ("plain", "curve")
+MODES = ("loopback", "listener")
 
 
 def metric_names(n: int) -> list[str]:
@@ -177,7 +178,7 @@ class Follower:
         self.tallies = [Tally() for _ in names]
         try:
             with make_client(self.url, keys_dir, timeout=30) as client:
-                client.ping()  # the connection works (and, in curve mode, the handshake)
+                client.ping()  # the connection works, and with it the CURVE handshake
                 self.ready.set()
                 last_progress = time.monotonic()
                 for page in client.follow(after=0, run=self.run, kinds=["m"], idle=0.2):
@@ -295,7 +296,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     pipes: dict[str, list[multiprocessing.connection.Connection]] = {"trainer": [], "reader": []}
     with tempfile.TemporaryDirectory(prefix="pilothouse-load-") as tmp:
         root = Path(tmp)
-        keys_dir = root / "keys" if mode == "curve" else None
+        keys_dir = root / "keys" if mode == "listener" else None
         agents = Agents(args.agents, root, keys_dir)
         try:
             if keys_dir is not None:
@@ -304,7 +305,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
             t_setup = time.monotonic()
             agents.start()
             run_ids = [f"load-{mode}-{i:02d}" for i in range(args.agents)]
-            read_urls = agents.listen if mode == "curve" else agents.bind
+            read_urls = agents.listen if mode == "listener" else agents.bind
 
             def spawn(role: str, target: Any, *a: Any) -> None:
                 parent, child = ctx.Pipe()
@@ -422,7 +423,7 @@ def summarize(mode: str, args: argparse.Namespace, steps: int, setup_s: float, t
 
 # --- report -------------------------------------------------------------------------------
 
-RATIOS = {  # curve / plain, per round
+RATIOS = {  # listener / loopback, per round
     "points_per_s": lambda m: m["points_per_s"],
     "latency_p50_ms": lambda m: m["latency_p50_ms"],
     "latency_p99_ms": lambda m: m["latency_p99_ms"],
@@ -497,7 +498,7 @@ def report(results: dict[str, dict[str, Any]], ratios: dict[str, float]) -> str:
         lambda m: f"{m['expected_points']:,} / {m['received_points']:,}", "")
     row("trainer-dropped points", lambda m: m["trainer_dropped_points"], "d")
     row("lossless, no duplicates", lambda m: "yes" if m["lossless"] else "NO", "")
-    headers = ["", *modes] + (["curve / plain"] if with_ratio else [])
+    headers = ["", *modes] + (["listener / loopback"] if with_ratio else [])
     return table(headers, rows)
 
 
@@ -507,14 +508,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--rate", type=float, default=2000, help="points/s per agent")
     p.add_argument("--metrics", type=int, default=10, help="scalars per step (steps/s = rate / metrics)")
     p.add_argument("--seconds", type=float, default=45, help="seconds of load per mode and round")
-    p.add_argument("--modes", default="plain,curve", help="comma-separated: plain, curve")
+    p.add_argument("--modes", default="loopback,listener", help="comma-separated: loopback, listener")
     p.add_argument("--runs-per-trainer", type=int, default=8,
                    help="trainer runs hosted by one process, each with its own outbox thread and socket "
                         "(1 = a process per trainer: twice the trainers' CPU on a 2-core machine)")
     p.add_argument("--readers", type=int, default=2, help="reader processes (each follows agents on threads)")
     p.add_argument("--idle", type=float, default=3.0, help="seconds to measure the idle agents before the load")
     p.add_argument("--rounds", type=int, default=2,
-                   help="rounds of all modes, alternating the order (plain, curve, curve, plain, ...)")
+                   help="rounds of all modes, alternating the order (loopback, listener, listener, loopback, ...)")
     p.add_argument("--quick", action="store_true", help="smoke run: 4 agents, 10 s per mode, one round")
     args = p.parse_args(argv)
     if args.quick:
@@ -546,13 +547,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print("  LOSS:", problem)
     results = {m: aggregate(r) for m, r in runs.items()}
     ratios = {}
-    if "plain" in runs and "curve" in runs:
-        ratios = {name: median([get(c) / get(p) for p, c in zip(runs["plain"], runs["curve"]) if get(p)] or [math.nan])
+    if "loopback" in runs and "listener" in runs:
+        ratios = {name: median([get(c) / get(p) for p, c in zip(runs["loopback"], runs["listener"]) if get(p)]
+                               or [math.nan])
                   for name, get in RATIOS.items()}
     print(f"\nLoad: {args.agents} agents on loopback, each fed {args.rate:,.0f} points/s by its own trainer run "
           f"({args.runs_per_trainer} run(s) per trainer process), followed by {args.readers} reader process(es); "
           f"{cores} cores shared by everything, load average now {os.getloadavg()[0]:.2f}. Medians of {args.rounds} "
-          f"round(s); curve / plain is the median of the per-round ratios.\n")
+          f"round(s); listener / loopback is the median of the per-round ratios.\n")
     print(report(results, ratios))
     for mode, res in results.items():
         if res["points_per_s"] < 0.95 * res["offered_points_per_s"]:
@@ -560,7 +562,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"delivered with the machine {res['machine_busy_median']:.0%} busy: it cannot carry this load, so "
                   f"a backlog grows and the latency is mostly queueing (try fewer --agents)")
     data = {"args": vars(args), "cores": cores, "medians": {m: results[m] for m in modes}, "rounds": runs,
-            "curve_over_plain": ratios, "wall_s": round(time.monotonic() - t_all, 1)}
+            "listener_over_loopback": ratios, "wall_s": round(time.monotonic() - t_all, 1)}
     path = write_result("bench_load", data)
     print(f"results: {path} ({data['wall_s']:.0f} s)")
     return data

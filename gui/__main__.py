@@ -1,4 +1,5 @@
-"""``python -m pilothouse.gui [--agent URL ...] [--store FILE] [--keys DIR]``: the desktop app (``pilothouse gui`` runs this)."""
+"""``python -m pilothouse.gui [--agent URL ...] [--store FILE] [--keys DIR]``: the desktop app
+(``pilothouse gui`` runs this)."""
 
 from __future__ import annotations
 

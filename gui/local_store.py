@@ -132,7 +132,8 @@ class LocalStore:
         rows = [(url, r["id"], *(_column(r.get(c)) for c in _RUN_COLUMNS), now,
                  pack(r)) for r in runs]
         with transaction(self.db):
-            self.db.conn.executemany(f"INSERT OR REPLACE INTO runs VALUES ({','.join('?' * (len(_RUN_COLUMNS) + 4))})", rows)
+            marks = ",".join("?" * (len(_RUN_COLUMNS) + 4))
+            self.db.conn.executemany(f"INSERT OR REPLACE INTO runs VALUES ({marks})", rows)
 
     # --- reading -------------------------------------------------------------------------
 

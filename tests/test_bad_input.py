@@ -12,6 +12,7 @@ import random
 import re
 import sqlite3
 import struct
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -805,3 +806,115 @@ def test_a_flood_of_hostile_frames_is_logged_in_lines_not_tracebacks(tmp_path):
         run.finish()
         peer.close()
         proc.stop()
+
+
+# --- what reaches a terminal, a spreadsheet or a name is safe ----------------------------------------
+
+def test_a_trainers_text_never_drives_the_terminal(tmp_path, agent_proc):
+    """A trainer's acknowledgement with ESC [2J (clear screen) and an OSC title: `set` and
+    `events` print it escaped."""
+    import subprocess
+
+    from conftest import run_cli
+
+    peer = RawPeer(agent_proc.url)
+    try:
+        assert peer.ask(_hello("escrun1", session="s1", config={"lr": 0.1},
+                               schema={"lr": {"type": "float"}}))["t"] == "welcome"
+        cli = subprocess.Popen([sys.executable, "-m", "pilothouse", "set", "escrun1", "lr=0.5", "--agent",
+                                agent_proc.url, "--timeout", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        cmd = None
+        deadline = time.monotonic() + 15
+        while cmd is None and time.monotonic() < deadline:
+            peer.send({"t": "hb", "run": "escrun1", "rank": 0, "session": "s1", "step": 3})
+            msg = peer.reply(0.5)
+            cmd = msg if msg and msg.get("t") == "cmd" else None
+        assert cmd is not None, "the command never reached the trainer"
+        peer.send({"t": "cack", "run": "escrun1", "rank": 0, "session": "s1", "cid": cmd["cid"], "cmd": "set",
+                   "state": "applied", "step": 3, "detail": "lr=0.5 \x1b[2J\x1b]0;pwned\x07 applied",
+                   "applied": {"lr": 0.5}})
+        out, err = cli.communicate(timeout=30)
+        assert cli.returncode == 0, err
+        assert "\x1b" not in out and "\x07" not in out and "\\x1b[2J" in out
+        events = run_cli("events", "escrun1", "--agent", agent_proc.url)
+        assert "\x1b" not in events.stdout and "\\x1b]0;pwned\\x07" in events.stdout
+    finally:
+        peer.close()
+
+
+def test_a_metric_name_is_text_in_a_spreadsheet(tmp_path, agent_proc):
+    import csv
+
+    from conftest import run_cli
+
+    run = ph.init(project="csv", name="formula", agent=agent_proc.url)
+    run.log({"=cmd|' /C calc'!A0": 1.0, "+1": 2.0, "-x": 3.0, "@sum": 4.0, "loss": 5.0}, step=0)
+    assert run.finish()
+    out = run_cli("export", run.id, "--agent", agent_proc.url, "-o", str(tmp_path / "run.csv"))
+    assert out.returncode == 0, out.stderr
+    cells = {row["metric"]: row["value"] for row in csv.DictReader((tmp_path / "run.csv").open())}
+    assert cells == {"'=cmd|' /C calc'!A0": "1.0", "'+1": "2.0", "'-x": "3.0", "'@sum": "4.0", "loss": "5.0"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["set", "someone", "n=99999999999999999999"], "does not fit in a 64-bit integer"),
+    (["set", "someone", "n=9223372036854775808"], "does not fit in a 64-bit integer"),
+    (["set", "someone", "lr=0.1", "--at-step", "99999999999999999999"], "a step must be an int in"),
+    (["set", "someone", "lr=0.1", "--at-step", "-1"], "a step must be an int in"),
+])
+def test_out_of_range_integers_are_one_line_errors(args, message):
+    from conftest import run_cli
+
+    out = run_cli(*args, "--agent", f"tcp://127.0.0.1:{free_port()}")
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_an_int64_overflow_is_refused_on_the_wire_too(agent_proc):
+    with RawPeer(agent_proc.url) as peer:
+        _overflow(peer)
+
+
+def _overflow(peer: RawPeer) -> None:
+    assert peer.ask(_hello("bigint1", session="b1", config={"n": 1}, schema={"n": {"type": "int"}}))["t"] == "welcome"
+    reply = peer.ask({"t": "q", "id": 3, "op": "command", "args": {"cid": "big-1", "run": "bigint1", "cmd": "set",
+                                                                  "values": {"n": 2 ** 63}, "who": {}}})
+    assert reply["t"] == "r" and reply["data"]["state"] == "rejected"
+    assert "does not fit in a 64-bit integer" in reply["data"]["detail"]
+
+
+@pytest.mark.parametrize("name, why", [
+    ("loss\u200b", "invisible format character U+200B"),
+    ("\u202egnp.exe", "invisible format character U+202E"),
+    ("a\u2066b", "invisible format character U+2066"),
+    ("\ufeffloss", "invisible format character U+FEFF"),
+])
+def test_names_that_hide_what_they_are_are_refused(api_agent, name, why):
+    for call in (lambda: ph.init(project=name, agent=api_agent.url),
+                 lambda: ph.init(project="p", name=name, agent=api_agent.url)):
+        with pytest.raises(ValueError, match=re.escape(why)):
+            call()
+    run = ph.init(project="p", name="ok", agent=api_agent.url)
+    try:
+        with pytest.raises(ValueError, match=re.escape(why)):
+            run.log({name: 1.0}, step=0)
+    finally:
+        run.finish()
+
+
+def test_names_have_one_spelling(api_agent):
+    """'café' typed as e + combining accent (NFD) is the same metric and run name as the usual one."""
+    run = ph.init(project="caf\u0065\u0301", name="r\u0065\u0301sum\u0065\u0301", agent=api_agent.url)
+    run.log({"caf\u0065\u0301": 1.0}, step=0)
+    run.log({"caf\u00e9": 2.0}, step=1)
+    assert run.finish()
+    assert (run.project, run.name) == ("caf\u00e9", "r\u00e9sum\u00e9")
+    assert series(api_agent, run.id, "caf\u00e9")[1].tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError, match="one metric twice"):
+        ph.init(project="p", agent=api_agent.url).log({"caf\u0065\u0301": 1.0, "caf\u00e9": 2.0})
+
+
+def test_a_name_not_in_nfc_is_refused_on_the_wire(wire):
+    proc, peer, _ = wire
+    reply = peer.ask(_hello("nfdrun1", session="n1") | {"name": "caf\u0065\u0301"})
+    assert reply["t"] == "err" and "not in Unicode NFC" in reply["msg"]

@@ -290,8 +290,10 @@ def test_outsiders_read_nothing_and_apply_nothing(tmp_path, guarded):
     assert bytes_received(ctx, remote, lambda s: secure_client(s, ring.keypair("client"), stranger.public("agent"))) == 0
     with Client(remote, timeout=2, keys=stranger) as client, pytest.raises(AgentUnavailable, match="refused"):
         client.runs()
-    with Client(remote, timeout=2, keys=stranger) as client:
-        assert client.command(run_id, "pause", wait=3)["state"] == "timeout"
+    with Client(remote, timeout=2, keys=stranger) as client, pytest.raises(AgentUnavailable, match="refused"):
+        client.command(run_id, "pause", wait=3)  # told at once, not "stays queued" after the wait
+    out = cli("pause", run_id, "--agent", remote, "--timeout", "20", keys=stranger.dir)
+    assert out.returncode == 1 and "refused this client's key" in out.stderr and "queued" not in out.stderr
     with Client(remote, timeout=2, keys=impostor) as client, pytest.raises(AgentUnavailable, match="handshake"):
         client.runs()
 

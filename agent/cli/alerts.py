@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from pilothouse.cli.common import EXIT_USAGE, Reader, client_for
-from pilothouse.text import parse_assignment
+from pilothouse.text import parse_assignment, printable
 
 
 def add_parser(reader: Reader) -> None:
@@ -81,12 +81,12 @@ def _rule_line(rule: dict) -> str:
     spec = " ".join(f"{k}={json.dumps(v) if isinstance(v, list) else v}" for k, v in rule["spec"].items()
                     if k not in ("name", "kind"))
     scope = f"run {rule['run']}" if rule.get("run") else "all runs"
-    return f"{rule['name']:<20} {rule['kind']:<10} {rule['source']:<5} {scope:<16} {spec}"
+    return printable(f"{rule['name']:<20} {rule['kind']:<10} {rule['source']:<5} {scope:<16} {spec}")
 
 
 def _alert_line(alert: dict) -> str:
     when = time.strftime("%m-%d %H:%M:%S", time.localtime(alert.get("time") or 0))
-    return f"{when}  {alert.get('run')}  {alert.get('rule')}  {alert.get('state')}  {alert.get('detail')}"
+    return printable(f"{when}  {alert.get('run')}  {alert.get('rule')}  {alert.get('state')}  {alert.get('detail')}")
 
 
 def _usage(text: str) -> int:

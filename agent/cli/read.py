@@ -7,7 +7,7 @@ import json
 import sys
 
 from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
-from pilothouse.text import event_line, fmt_value, tail_lines, write_points
+from pilothouse.text import event_line, fmt_value, printable, tail_lines, write_points
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, entry_body
 
 
@@ -46,9 +46,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         lost = max(r["dropped_records"] or 0, r["lost_records"] or 0)
         values = "  ".join(f"{k}={fmt_value(v)}" for k, v in list(r["summary"].items())[:4])
-        rows.append((r["id"], f"{r['project']}/{r['name']}", r["status"],
+        rows.append(tuple(map(printable, (r["id"], f"{r['project']}/{r['name']}", r["status"],
                      "-" if r["last_step"] is None else str(r["last_step"]), r["host"] or "-",
-                     f"{lost} rec" if lost else "0", ",".join(r.get("alerts") or []) or "-", values))
+                     f"{lost} rec" if lost else "0", ",".join(r.get("alerts") or []) or "-", values))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
@@ -60,10 +60,10 @@ def cmd_tail(args: argparse.Namespace) -> int:
         run = client.resolve(args.run)
         after = 0 if args.history else client.ping()["head"]
         row = next(r for r in client.runs() if r["id"] == run)
-        print(f"{row['project']}/{row['name']} ({run}) {row['status']} on {row['host']}, "
-              f"step {row['last_step']}", flush=True)
+        print(printable(f"{row['project']}/{row['name']} ({run}) {row['status']} on {row['host']}, "
+                        f"step {row['last_step']}"), flush=True)
         if row["summary"] and not args.history:
-            print("  ".join(f"{k}={fmt_value(v)}" for k, v in row["summary"].items()), flush=True)
+            print(printable("  ".join(f"{k}={fmt_value(v)}" for k, v in row["summary"].items())), flush=True)
         if row["status"] in ("finished", "crashed") and not args.history:
             return 0
         for page in client.follow(after=after, run=run, kinds=[KIND_METRIC, KIND_EVENT]):

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
-from pilothouse.text import parse_assignment
+from pilothouse.text import parse_assignment, printable, step_arg
 
 
 def add_parsers(reader: Reader) -> None:
@@ -20,7 +20,7 @@ def add_parsers(reader: Reader) -> None:
     c = reader("set", "change hyperparameters of a running run", cmd_command)
     c.add_argument("run", help="run id or unambiguous run name")
     c.add_argument("values", nargs="+", type=_assignment, metavar="KEY=VALUE")
-    c.add_argument("--at-step", type=int, help="apply at this step instead of the next one")
+    c.add_argument("--at-step", type=step_arg, help="apply at this step instead of the next one")
     c.set_defaults(timeout=30.0)
 
 
@@ -38,10 +38,10 @@ def cmd_command(args: argparse.Namespace) -> int:
                              wait=args.timeout)
     state = row["state"]
     if state in ("applied", "scheduled"):
-        print(f"{row['detail']} (run {row['run']}, command {row['cid']})")
+        print(printable(f"{row['detail']} (run {row['run']}, command {row['cid']})"))
         return 0
     if state == "rejected":
-        print(f"pilothouse: {args.command} rejected: {row['detail']}", file=sys.stderr)
+        print(printable(f"pilothouse: {args.command} rejected: {row['detail']}"), file=sys.stderr)
     else:
         print(f"pilothouse: no acknowledgement within {args.timeout:g} s; the command stays queued "
               f"(id {row['cid']}) and applies at the trainer's next sync: see `pilothouse events {args.run}`",

@@ -61,7 +61,8 @@ def run_demo(steps: int, data: str | None, *, headless: bool, runs: tuple[tuple[
         if headless:
             codes = [p.wait() for p in procs]
         else:
-            subprocess.call([sys.executable, "-m", "pilothouse.gui", "--agent", url, "--store", str(folder / "app.sqlite")])
+            subprocess.call([sys.executable, "-m", "pilothouse.gui", "--agent", url,
+                             "--store", str(folder / "app.sqlite")])
             codes = [0]
         with Client(url) as client:
             for run in client.runs():

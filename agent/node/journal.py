@@ -4,8 +4,9 @@ One table, ``journal``, is both the store and the stream: every entry (a metric
 chunk, a rollout batch, an event) gets the next integer id, and readers follow by
 "everything after id N".  Metric points are stored as numpy blobs per chunk, so NaN,
 ±Inf, -0.0 and 1e308 come back bit-exact and a metric loads without per-point rows.
-Idempotent ingest: ``streams`` holds the highest committed seq per (run, rank), and
-is updated in the same transaction as the data it covers.
+Idempotent ingest: ``streams`` holds the highest committed seq per (run, rank, session), and
+is updated in the same transaction as the data it covers.  A session is one trainer process: a
+run resumed by id from a new process numbers its records from 1 again in a stream of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pilothouse.wire.records import (
 )
 
 _ABSENT = object()  # an undo entry for a key that was not there
+Stream = tuple[str, int, str]  # (run, rank, session): one trainer process's records of one rank
 
 RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
                "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records")
@@ -53,11 +55,11 @@ class Store:
         self._create_tables()
         self.journal_id = self._journal_id()
         self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
-        self.max_seq = {(r, k): s for r, k, s in self.db.execute("SELECT run, rank, max_seq FROM streams")}
+        self.max_seq = self._load_streams()
         self.summaries: dict[str, dict] = {}
         self._known_metrics: set[str] = set()
         self._pending: list[Entry] = []
-        self._dirty_streams: set[tuple[str, int]] = set()
+        self._dirty_streams: set[Stream] = set()
         self._dirty_runs: dict[str, int] = {}
         self._undo: list[tuple[dict, Any, Any]] = []  # (mapping, key, old value) since the turn began
 
@@ -75,8 +77,11 @@ class Store:
             "step": int, "detail": str, "applied": bytes, "updated": float,
         }, pk="cid", if_not_exists=True)
         db["commands"].create_index(["run", "state"], if_not_exists=True)
-        db["streams"].create({"run": str, "rank": int, "max_seq": int}, pk=("run", "rank"),
-                             if_not_exists=True)
+        if db["streams"].exists() and "session" not in db["streams"].columns_dict:  # a journal from before sessions
+            db["streams"].add_column("session", str, not_null_default="")
+            db["streams"].transform(pk=("run", "rank", "session"))
+        db["streams"].create({"run": str, "rank": int, "session": str, "max_seq": int},
+                             pk=("run", "rank", "session"), not_null={"session"}, if_not_exists=True)
         db["journal"].create({
             "id": int, "run": str, "kind": str, "metric": str, "rank": int, "n": int,
             "steps": bytes, "vals": bytes, "times": bytes, "body": bytes,
@@ -104,8 +109,8 @@ class Store:
             self.db.conn.executemany("INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)", entries)
         if self._dirty_streams:
             self.db.conn.executemany(
-                "INSERT OR REPLACE INTO streams VALUES (?,?,?)",
-                [(r, k, self.max_seq[(r, k)]) for r, k in self._dirty_streams])
+                "INSERT OR REPLACE INTO streams (run, rank, session, max_seq) VALUES (?,?,?,?)",
+                [(*key, self.max_seq[key]) for key in self._dirty_streams])
             self._dirty_streams.clear()
         for run, step in self._dirty_runs.items():
             self.db.execute("UPDATE runs SET last_step=?, summary=? WHERE id=?",
@@ -124,8 +129,11 @@ class Store:
         self._dirty_runs.clear()
         self._undo.clear()
         self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
-        self.max_seq = {(r, k): s for r, k, s in self.db.execute("SELECT run, rank, max_seq FROM streams")}
+        self.max_seq = self._load_streams()
         self.summaries.clear()
+
+    def _load_streams(self) -> dict[Stream, int]:
+        return {(r, k, s): n for r, k, s, n in self.db.execute("SELECT run, rank, session, max_seq FROM streams")}
 
     def mark(self) -> tuple:
         """A savepoint, in SQLite and in memory: one message's writes can be undone alone."""
@@ -251,10 +259,9 @@ class Store:
 
     # --- ingest -------------------------------------------------------------------------
 
-    def ingest(self, run: str, rank: int, seq: int, floor: int, keys: list, recs: list,
-               now: float) -> IngestResult:
-        """Store records seq.. of (run, rank) exactly once; validate everything before writing."""
-        key = (run, rank)
+    def ingest(self, key: Stream, seq: int, floor: int, keys: list, recs: list, now: float) -> IngestResult:
+        """Store records seq.. of one stream exactly once; validate everything before writing."""
+        run, rank, _ = key
         have = self.max_seq.get(key, 0)
         last = seq + len(recs) - 1
         if last <= have:
@@ -263,17 +270,17 @@ class Store:
         if seq > have + lost + 1:
             return IngestResult(have, expect=have + lost + 1)
         rows = self._entries(run, rank, keys, recs[have + lost + 1 - seq:])  # raises before any change
-        self.account_floor(run, rank, floor)
+        self.account_floor(key, floor)
         entries = [Entry(self._next_id(), *row) for row in rows]
         self._pending.extend(entries)
         self._advance(key, last)
         return IngestResult(last, entries=entries)
 
-    def account_floor(self, run: str, rank: int, floor: int) -> int:
+    def account_floor(self, key: Stream, floor: int) -> int:
         """The trainer holds nothing below ``floor``: what we lack below it was dropped at its bound.
 
         Recorded once as lost (a count and an event), so the loss is visible, never silent."""
-        key = (run, rank)
+        run, rank, _ = key
         have = self.max_seq.get(key, 0)
         if floor <= have + 1:
             return have
@@ -283,7 +290,7 @@ class Store:
         self._advance(key, floor - 1)
         return floor - 1
 
-    def _advance(self, key: tuple[str, int], seq: int) -> None:
+    def _advance(self, key: Stream, seq: int) -> None:
         if self.max_seq.get(key, 0) != seq:
             self._changed(self.max_seq, key)
             self.max_seq[key] = seq
@@ -301,7 +308,8 @@ class Store:
                                     "[1, step, wall_time, rows]")
             kind, step, wall_time = rec[:3]
             if type(step) is not int or not 0 <= step <= INT64_MAX or type(wall_time) is not float:
-                raise ProtocolError(f"record step must be an int >= 0 and wall_time a float, got {step!r}, {wall_time!r}")
+                raise ProtocolError(f"record step must be an int >= 0 and wall_time a float, got {step!r}, "
+                                    f"{wall_time!r}")
             if kind == REC_METRICS and len(rec) == 5:
                 if rec[4]:
                     metric_recs.append((index, step, wall_time, rec[3], rec[4]))

@@ -99,13 +99,61 @@ class Liveness:
         return changed
 
     def _process_gone(self, live: Trainer) -> bool:
-        if live.host != self.host:
-            return False
-        try:
-            proc = psutil.Process(live.pid)
-            reused = isinstance(live.pid_started, (int, float)) and abs(proc.create_time() - live.pid_started) > 1.0
-            return reused or proc.status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-        except (psutil.Error, ValueError, TypeError, OverflowError):
-            return False
+        return live.host == self.host and process_gone(live.pid, live.pid_started)
+
+
+def process_gone(pid: int | None, started: float | None) -> bool:
+    """Whether a process of this host ended (or its pid now names another one)."""
+    if pid is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        reused = isinstance(started, (int, float)) and abs(proc.create_time() - started) > 1.0
+        return reused or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except (psutil.Error, ValueError, TypeError, OverflowError):
+        return False
+
+
+@dataclass
+class Session:
+    """The trainer process that speaks for one rank of a run (its Run object's session id)."""
+
+    id: str
+    pid: int | None
+    started: float | None
+    local: bool  # on this host, so its death can be seen
+    seen: float  # time.monotonic() of its last message
+
+
+class Sessions:
+    """A run belongs to its process: once a trainer opens (run, rank), records, heartbeats and
+    acknowledgements for it are taken only from that session while it lives; a new process takes
+    over (a resume) once the old one is gone or silent for ``alive_for`` seconds."""
+
+    def __init__(self, host: str, alive_for: float):
+        self.host = host
+        self.alive_for = alive_for
+        self.owners: dict[tuple[str, int], Session] = {}
+
+    def speak(self, run: str, rank: int, session: str, hello: dict | None = None) -> Session | None:
+        """Note that ``session`` speaks for (run, rank); returns the live owner it must not
+        displace, or None when it is (now) the owner.  A hello names the process (pid, host)."""
+        now = time.monotonic()
+        owner = self.owners.get((run, rank))
+        if owner is not None and owner.id == session:
+            owner.seen = now
+            return None
+        if owner is not None and now - owner.seen < self.alive_for \
+                and not (owner.local and process_gone(owner.pid, owner.started)):
+            return owner
+        info = hello or {}
+        self.owners[(run, rank)] = Session(session, info.get("pid"), info.get("pid_started"),
+                                           info.get("host") == self.host, now)
+        return None
+
+    def release(self, run: str, rank: int, session: str) -> None:
+        owner = self.owners.get((run, rank))
+        if owner is not None and owner.id == session:
+            del self.owners[(run, rank)]

@@ -26,7 +26,7 @@ from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.journal import Store
-from pilothouse.node.liveness import Liveness
+from pilothouse.node.liveness import Liveness, Sessions
 from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
@@ -104,6 +104,8 @@ class Agent:
         self.feed = ReaderFeed(self.store, self._send, reader_timeout)
         self._system_run = self._register_system_run()
         self.liveness = Liveness(self.store, self.host, stale_after)
+        self.sessions = Sessions(self.host, stale_after)
+        self._refusals: dict[tuple[str, int], tuple[float, int]] = {}  # (run, rank) -> (last audited, since)
         self.commands = CommandDesk(self.store, self.liveness, self._reply)
         self.alerts = AlertDesk(self.store, self.liveness, self.commands, self._system_run, alerts, file_rules)
         self._ops: dict[str, Callable[[dict], Any]] = {
@@ -325,7 +327,8 @@ class Agent:
         elif kind == "finish":
             self._on_finish(ident, msg, now)
         elif kind == "cack":
-            self.commands.on_ack(msg, now)
+            if self._owner_speaks(ident, msg):
+                self.commands.on_ack(msg, now)
         elif kind == "q":
             self._on_query(ident, msg, client_key)
         elif kind == "sub":
@@ -337,7 +340,31 @@ class Agent:
 
     # --- trainers -----------------------------------------------------------------------
 
+    def _owner_speaks(self, ident: bytes, msg: dict, hello: bool = False) -> bool:
+        """Records, heartbeats and acks of a run come only from the process that owns it; anyone
+        else is refused, told why, and recorded on the run (once per 10 s, with a count)."""
+        run, rank, session = _stream(msg)
+        owner = self.sessions.speak(run, rank, session, msg if hello else None)
+        if owner is None:
+            return True
+        refusal = self._refusals.get((run, rank))
+        now = time.monotonic()
+        if refusal is None or now - refusal[0] > 10:
+            if self.store.has_run(run):
+                self.store.event(run, "refused", {"rank": rank, "message": msg["t"], "pid": msg.get("pid"),
+                                                  "refused": 1 + (refusal[1] if refusal else 0),
+                                                  "detail": f"run {run} rank {rank} belongs to pid {owner.pid}"})
+            self._refusals[(run, rank)] = (now, 0)
+        else:
+            self._refusals[(run, rank)] = (refusal[0], refusal[1] + 1)
+        self._bad_input(ident, f"run {run} rank {rank} is open in another process (pid {owner.pid or '?'}): a run "
+                               f"belongs to the process that opened it while it lives; use another run id, or "
+                               f"resume this one once that process is gone")
+        return False
+
     def _on_hello(self, ident: bytes, msg: dict, now: float) -> None:
+        if not self._owner_speaks(ident, msg, hello=True):
+            return
         before = self.store.upsert_run(msg, now)
         if before in ("finished", "crashed", "stale"):
             self.store.set_status(msg["run"], "running", now, reason=f"resumed by pid {msg['pid']}")
@@ -345,7 +372,7 @@ class Agent:
             self.liveness.started(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"))
         if msg.get("alerts") is not None and msg["rank"] == 0:
             self.alerts.rules_from_hello(msg["run"], msg["alerts"])
-        seq = self.store.max_seq.get((msg["run"], msg["rank"]), 0)
+        seq = self.store.max_seq.get(_stream(msg), 0)  # of this process's own stream: a resume starts at 0
         self._reply(ident, message("welcome", run=msg["run"], rank=msg["rank"], seq=seq))
         self.commands.trainer_seen(ident, msg["run"], msg["rank"])
 
@@ -353,9 +380,11 @@ class Agent:
         run, rank = msg["run"], msg["rank"]
         if not self.store.has_run(run):
             self._reply(ident, message("nack", run=run, rank=rank, reason="hello",
-                                       expect=self.store.max_seq.get((run, rank), 0) + 1))
+                                       expect=self.store.max_seq.get(_stream(msg), 0) + 1))
             return
-        result = self.store.ingest(run, rank, msg["seq"], msg["floor"], msg["keys"], msg["recs"], now)
+        if not self._owner_speaks(ident, msg):
+            return
+        result = self.store.ingest(_stream(msg), msg["seq"], msg["floor"], msg["keys"], msg["recs"], now)
         if result.entries:
             self.alerts.on_entries(result.entries)
         self.liveness.heard(run, now)
@@ -370,6 +399,8 @@ class Agent:
         if not self.store.has_run(run):
             self._reply(ident, message("nack", run=run, rank=msg["rank"], reason="hello", expect=1))
             return
+        if not self._owner_speaks(ident, msg):
+            return
         self._note_state(msg, now)
         self.liveness.heard(run, now)
         self.commands.trainer_seen(ident, run, msg["rank"])
@@ -378,10 +409,12 @@ class Agent:
     def _note_state(self, msg: dict, now: float) -> int:
         """Loss counters and floor from a heartbeat or finish; returns the committed seq."""
         self.store.touch(msg["run"], now, _count(msg.get("dropped_records")), _count(msg.get("dropped_points")))
-        return self.store.account_floor(msg["run"], msg["rank"], _count(msg.get("floor")))
+        return self.store.account_floor(_stream(msg), _count(msg.get("floor")))
 
     def _on_finish(self, ident: bytes, msg: dict, now: float) -> None:
         run, rank = msg["run"], msg["rank"]
+        if self.store.has_run(run) and not self._owner_speaks(ident, msg):
+            return
         have = self._note_state(msg, now) if self.store.has_run(run) else 0
         if not self.store.has_run(run) or have < msg["seq"]:
             self._reply(ident, message("nack", run=run, rank=rank, expect=have + 1,
@@ -391,6 +424,7 @@ class Agent:
             self.store.set_status(run, "finished", now)
             self.commands.close(run, "the run finished before applying it", now)
         self._reply(ident, message("finished", run=run, rank=rank))
+        self.sessions.release(*_stream(msg))
 
     def _check_liveness(self) -> None:
         now = time.time()
@@ -418,10 +452,10 @@ class Agent:
         if not values:
             return
         run = self._system_run
-        seq = self.store.max_seq.get((run, 0), 0) + 1
+        seq = self.store.max_seq.get((run, 0, ""), 0) + 1
         with self._writing():
             try:
-                self.store.ingest(run, 0, seq, seq, [list(values)],
+                self.store.ingest((run, 0, ""), seq, seq, [list(values)],
                                   [[0, seq, time.time(), 0, list(values.values())]], time.time())
             except ProtocolError as exc:
                 log.warning("system sample rejected: %s", exc)
@@ -505,6 +539,11 @@ def _tune(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.SNDHWM, 10_000)
     sock.setsockopt(zmq.RCVHWM, 10_000)
     sock.setsockopt(zmq.IPV6, 1)
+
+
+def _stream(msg: dict) -> tuple[str, int, str]:
+    """The (run, rank, session) a trainer message belongs to; a peer without a session is session ''."""
+    return msg["run"], msg["rank"], msg.get("session", "")
 
 
 def _count(value: Any) -> int:

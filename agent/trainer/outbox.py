@@ -65,7 +65,7 @@ class Outbox:
         self.url = url
         self._curve = client_keys(url)  # the owner's local keys, or a key pinned for the URL
         self.hello = hello
-        self.run, self.rank = hello["run"], hello["rank"]
+        self.run, self.rank, self.session = hello["run"], hello["rank"], hello["session"]
         self.queue: collections.deque = collections.deque()
         self.stats = OutboxStats()
         self.max_buffer_bytes = max_buffer_bytes
@@ -249,7 +249,7 @@ class Outbox:
             if cid is not None and answer["state"] != "scheduled":
                 self._answered[cid] = answer
                 self._taken.discard(cid)
-            self._send_msg(message("cack", run=self.run, rank=self.rank, **answer))
+            self._send_msg(message("cack", run=self.run, rank=self.rank, session=self.session, **answer))
 
     def _on_command(self, msg: dict) -> None:
         """Exactly once: a command already answered is answered again, one in hand is ignored."""
@@ -257,7 +257,8 @@ class Outbox:
         if not isinstance(cid, str) or self.helm is None:
             return
         if cid in self._answered:
-            self._send_msg(message("cack", run=self.run, rank=self.rank, **self._answered[cid]))
+            self._send_msg(message("cack", run=self.run, rank=self.rank, session=self.session,
+                                   **self._answered[cid]))
         elif cid not in self._taken:
             self._taken.add(cid)
             self.helm.inbox.append(msg)
@@ -270,9 +271,10 @@ class Outbox:
     def _send_batch(self, b: Batch) -> bool:
         floor = self._floor()
         head = msgpack.Packer(use_bin_type=True)
-        frame = b"".join((head.pack_map_header(7), head.pack("t"), head.pack("rec"), head.pack("run"),
-                          head.pack(self.run), head.pack("rank"), head.pack(self.rank), head.pack("seq"),
-                          head.pack(b.seq), head.pack("floor"), head.pack(floor), b.body))
+        frame = b"".join((head.pack_map_header(8), head.pack("t"), head.pack("rec"), head.pack("run"),
+                          head.pack(self.run), head.pack("rank"), head.pack(self.rank), head.pack("session"),
+                          head.pack(self.session), head.pack("seq"), head.pack(b.seq), head.pack("floor"),
+                          head.pack(floor), b.body))
         return self._send_frame(frame)
 
     def _send_msg(self, msg: dict) -> bool:
@@ -291,7 +293,8 @@ class Outbox:
     def _state(self, kind: str) -> dict:
         """Heartbeat and finish both carry the loss counters and the floor."""
         st = self.stats
-        return message(kind, run=self.run, rank=self.rank, step=self.last_step, floor=self._floor(),
+        return message(kind, run=self.run, rank=self.rank, session=self.session, step=self.last_step,
+                       floor=self._floor(),
                        paused=bool(self.helm and self.helm.paused),
                        dropped_records=st.dropped_records, dropped_points=st.dropped_points)
 

@@ -31,8 +31,8 @@ from pilothouse.wire.checks import (
     SCALARS,
     check_config,
     check_int,
-    check_name,
     check_run_id,
+    normal_name,
 )
 from pilothouse.wire.records import REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS, check_rollouts
 from pilothouse.wire.tuning import build_schema
@@ -59,7 +59,7 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
     In a torch.distributed job every rank calls this with the same arguments (it is a
     collective): rank 0 picks the run id and receives commands, and ``sync`` shares
     its decisions with one small broadcast every ``sync_every`` steps."""
-    check_name(project, "project")
+    project = normal_name(project, "project")
     cfg = check_config(dict(config or {}))
     schema = build_schema(cfg, tunable, frozen)
     rules = [dict(r) if isinstance(r, Mapping) else r for r in alerts]
@@ -71,7 +71,7 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
     if broadcaster is not None:
         run_id = broadcaster.share(run_id)
         rank = broadcaster.rank
-    name = run_id if name is None else check_name(name, "run name")
+    name = run_id if name is None else normal_name(name, "run name")
     if rank is None:
         rank = int(os.environ.get("RANK", "0"))
     check_int(rank, "rank")
@@ -101,10 +101,11 @@ class Run:
         self.config: Mapping[str, Any] = types.MappingProxyType(self._config)
         self._step = -1
         self._records = 0  # appended to the queue; what flush waits for
-        self._known: set[tuple[str, ...]] = set()  # metric-name sets already checked
+        self._known: dict[tuple[str, ...], tuple[str, ...]] = {}  # metric-name sets checked -> their NFC form
         self._closed = False
         self._lock = threading.Lock()
-        hello = {"run": run_id, "rank": rank, "project": project, "name": name, "config": config,
+        hello = {"run": run_id, "rank": rank, "session": secrets.token_hex(8), "project": project, "name": name,
+                 "config": config,
                  "schema": schema, "host": socket.gethostname(), "pid": os.getpid(),
                  "pid_started": psutil.Process().create_time(), "created": time.time()}
         if alerts:
@@ -124,13 +125,14 @@ class Run:
         if type(metrics) is not dict and not isinstance(metrics, Mapping):
             raise TypeError(f"metrics must be a dict of name -> number, got {type(metrics).__name__}")
         names = tuple(metrics)
-        if names not in self._known:
-            self._check_keys(names)
+        wire_names = self._known.get(names)
+        if wire_names is None:
+            wire_names = self._check_keys(names)
         values = list(metrics.values())
         if not _FLOATS.issuperset(map(type, values)):
             values = [_number(k, v) for k, v in zip(names, values)]
         step = self._next_step(step)
-        self._queue.append((REC_METRICS, step, time.time(), names, values))
+        self._queue.append((REC_METRICS, step, time.time(), wire_names, values))
         self._records += 1
         self._outbox.last_step = step
 
@@ -240,10 +242,12 @@ class Run:
             self._step = step
         return step
 
-    def _check_keys(self, names: tuple) -> None:
-        for key in names:
-            check_name(key, "metric name")
-        self._known.add(names)
+    def _check_keys(self, names: tuple) -> tuple[str, ...]:
+        wire_names = tuple(normal_name(key, "metric name") for key in names)
+        if len(set(wire_names)) != len(wire_names):
+            raise ValueError(f"metric names {sorted(names)!r:.200} name one metric twice once normalized (NFC)")
+        self._known[names] = wire_names
+        return wire_names
 
 
 def _number(key: str, value: Any) -> float | int:

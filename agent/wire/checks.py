@@ -21,15 +21,28 @@ SCALARS = (str, int, float, bool, type(None))  # what a config value or a rollou
 
 
 def check_name(value: Any, what: str) -> str:
-    """Names end up in terminals, files and the app: refuse what would corrupt them."""
+    """Names end up in terminals, files and the app: refuse what would corrupt them or make two
+    names look alike (``loss`` and ``loss`` + a zero-width space; a right-to-left override).  A
+    name must be in Unicode NFC, the form ``normal_name`` gives it."""
     if not isinstance(value, str):
         raise ValueError(f"{what} must be a string, not {type(value).__name__}")
     if not value or len(value) > MAX_NAME_CHARS:
         raise ValueError(f"{what} must be 1 to {MAX_NAME_CHARS} characters, got {len(value)}")
     for ch in value:
-        if unicodedata.category(ch) in ("Cc", "Cs"):
+        category = unicodedata.category(ch)
+        if category in ("Cc", "Cs"):
             raise ValueError(f"{what} {value[:40]!r} contains control character U+{ord(ch):04X}")
+        if category == "Cf":  # zero-width, bidi controls, BOM: invisible in every terminal and table
+            raise ValueError(f"{what} {value[:40]!r} contains invisible format character U+{ord(ch):04X} "
+                             f"({unicodedata.name(ch, 'unnamed')})")
+    if not unicodedata.is_normalized("NFC", value):
+        raise ValueError(f"{what} {value[:40]!r} is not in Unicode NFC form (the trainer API normalizes it)")
     return value
+
+
+def normal_name(value: Any, what: str) -> str:
+    """A name from the user's code, in NFC (one spelling per look), then checked."""
+    return check_name(unicodedata.normalize("NFC", value) if isinstance(value, str) else value, what)
 
 
 def check_run_id(value: Any, *, system: bool = False) -> str:
@@ -80,6 +93,13 @@ def _config_value(value: Any, where: str, depth: int) -> Any:
         check_int(value, where, -INT64_MAX - 1)
     elif not isinstance(value, SCALARS):
         raise TypeError(f"{where} has type {type(value).__name__}; use str, int, float, bool or None")
+    return value
+
+
+def check_session(value: Any) -> str:
+    """A trainer process's session id (its Run object's): which stream of a run its records are."""
+    if not isinstance(value, str) or not _COMMAND_ID.match(value):
+        raise ValueError(f"session must match {_COMMAND_ID.pattern}, got {str(value)[:80]!r}")
     return value
 
 

@@ -21,6 +21,7 @@ from pilothouse.wire.checks import (
     check_int,
     check_name,
     check_run_id,
+    check_session,
 )
 from pilothouse.wire.tuning import check_schema
 
@@ -93,6 +94,8 @@ def _check_hb(msg: dict) -> None:
     for key in ("floor", "dropped_records", "dropped_points"):
         if key in msg:
             _wrap(check_int, msg[key], key)
+    if "session" in msg:
+        _wrap(check_session, msg["session"])
     if "paused" in msg and type(msg["paused"]) is not bool:
         raise ProtocolError("'paused' must be true or false")
 

@@ -13,6 +13,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pilothouse.wire.checks import INT64_MAX
+
 _TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
 _SPEC_KEYS = {"min", "max", "choices"}
 
@@ -86,6 +88,8 @@ def coerce(key: str, value: Any, spec: Mapping[str, Any]) -> Any:
     elif kind == "int" and type(value) is not int or kind == "bool" and type(value) is not bool \
             or kind == "str" and type(value) is not str or kind == "float":
         raise ValueError(f"{key} must be {kind}, got {type(value).__name__} {str(value)[:40]!r}")
+    if kind == "int" and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(f"{key}={str(value)[:40]} does not fit in a 64-bit integer")
     if "min" in spec and value < spec["min"] or "max" in spec and value > spec["max"]:
         raise ValueError(f"{key}={value} is out of range [{spec.get('min', '-inf')}, {spec.get('max', 'inf')}]")
     if "choices" in spec and value not in spec["choices"]:

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from pilothouse.client import Client
+from pilothouse.text import printable
 
 from ..alerts import FLOAT_FIELDS, INT_FIELDS, KIND_FIELDS, KINDS, Alert, AlertBook, rule_from_form, rule_text
 from ..models import RunKey
@@ -133,7 +134,7 @@ class AlertsPanel(QWidget):
         self.refresh_button = QPushButton("Refresh", clicked=self.refresh_rules)
         self.add_button = QPushButton("Add…", clicked=self.add_rule)
         self.remove_button = QPushButton("Remove", clicked=self.remove_rule)
-        self.status = QLabel(wordWrap=True)
+        self.status = QLabel(wordWrap=True, textFormat=Qt.TextFormat.PlainText)  # agent text is never markup
         bar = QHBoxLayout()
         bar.addWidget(QLabel("agent"))
         bar.addWidget(self.agent, 1)
@@ -218,7 +219,7 @@ class AlertsPanel(QWidget):
     def _on_answer(self, tag: tuple[str, str, str], ok: bool, result: Any) -> None:
         op, url, what = tag
         if not ok:
-            self.status.setText(f"{what} failed: {result}")
+            self.status.setText(printable(f"{what} failed: {result}"))
             return
         if op == "list":
             if url == self.agent.currentText():
@@ -244,9 +245,9 @@ class Notifier:
         if not alerts:
             return
         first = alerts[0]
-        head = (f"⚠ {first.rule} on {title(first.key)}" if len(alerts) == 1
+        head = (printable(f"⚠ {first.rule} on {title(first.key)}") if len(alerts) == 1
                 else f"⚠ {len(alerts)} alerts firing")
-        body = "\n".join(f"{title(a.key)}: {a.summary()}" for a in alerts)
+        body = "\n".join(printable(f"{title(a.key)}: {a.summary()}") for a in alerts)
         if QSystemTrayIcon.isSystemTrayAvailable():
             if self.tray is None:
                 icon = self.window.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning)

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pilothouse.text import event_line  # the same lines as `pilothouse events`
+from pilothouse.text import event_line, printable  # the same lines as `pilothouse events`
 from pilothouse.wire.entries import KIND_EVENT, Entry, entry_body
 
 from ..alerts import Alert, AlertBook, Marker, is_alert, place
@@ -387,7 +387,7 @@ class MainWindow(QMainWindow):
             text = answer["detail"]
         else:
             text = f"{command} {answer['state']}: {answer.get('detail') or 'no answer yet; it stays queued'}"
-        self.statusBar().showMessage(text, 10000)
+        self.statusBar().showMessage(printable(text), 10000)  # a trainer's text: shown, never acted on
         self._schedule()
 
     def _export_csv(self) -> None:

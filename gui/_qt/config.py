@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pilothouse.text import parse_assignment
+from pilothouse.text import parse_assignment, printable
 
 from ..local_store import LocalStore
 from ..models import RunKey, config_diff, flatten
@@ -59,7 +59,7 @@ class ConfigPanel(QWidget):
         self.table.currentCellChanged.connect(self._update_button)
         self.edit_button = QPushButton("Edit…", enabled=False)
         self.edit_button.clicked.connect(self._edit_current)
-        self.status = QLabel(wordWrap=True)
+        self.status = QLabel(wordWrap=True, textFormat=Qt.TextFormat.PlainText)  # agent text is never markup
         bar = QHBoxLayout()
         bar.addWidget(self.edit_button)
         bar.addWidget(self.status, 1)
@@ -117,16 +117,19 @@ class ConfigPanel(QWidget):
                                                     who={"client": "gui"}), (key, name, old))
         return True
 
+    def _say(self, text: str) -> None:
+        self.status.setText(printable(text))  # the trainer's detail: shown, never acted on
+
     def _on_answer(self, tag: tuple[RunKey, str, Any], ok: bool, answer: Any) -> None:
         key, name, old = tag
         if not ok:
-            self.status.setText(f"{name} not changed: {answer}")
+            self._say(f"{name} not changed: {answer}")
         elif answer["state"] == "applied":
-            self.status.setText(answer.get("detail") or f"{name} applied at step {answer.get('step')}")
+            self._say(answer.get("detail") or f"{name} applied at step {answer.get('step')}")
         elif answer["state"] == "rejected":
-            self.status.setText(f"{name} rejected: {answer.get('detail')}")
+            self._say(f"{name} rejected: {answer.get('detail')}")
         else:
-            self.status.setText(answer.get("detail") or f"{name}: no answer within {SET_WAIT:g} s; "
+            self._say(answer.get("detail") or f"{name}: no answer within {SET_WAIT:g} s; "
                                                         "it stays queued for the trainer's next sync")
         if key not in self.keys:
             return  # another selection is shown now
