@@ -50,7 +50,7 @@ def journal_trial(batches: list, folder: Path) -> tuple[float, float, np.ndarray
     t0 = time.perf_counter()
     for keys, recs in batches:
         store.begin()
-        store.ingest("r", 0, seq, seq, keys, recs, 0.0)
+        store.ingest(("r", 0, ""), seq, seq, keys, recs, 0.0)
         store.commit()
         seq += len(recs)
     ingest = time.perf_counter() - t0

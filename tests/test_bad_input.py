@@ -626,13 +626,12 @@ def test_wire_messages_for_an_unknown_run_get_nack_and_store_nothing(wire, msg):
         assert all(r["id"] != "ghost1" for r in c.runs())
 
 
-def test_wire_stale_seq_for_a_stored_run_changes_nothing(wire):
+def test_wire_records_from_a_process_that_never_opened_the_run_change_nothing(wire):
+    """Records for a stored run from a session that sent no hello: asked to open the run first."""
     proc, peer, _ = wire
-    have = stored_seq(proc.data, SEED)
-    reply = peer.ask(rec(1, [0, 0, 1.0, {"loss": 123.0}]))  # already stored: taken as a resend
-    assert reply == {"t": "ack", "run": SEED, "rank": 0, "seq": have}
-    reply = peer.ask(rec(have + 5, [0, 0, 1.0, {"loss": 123.0}]) | {"floor": 1})  # a gap: resend from have+1
-    assert reply is not None and reply["t"] == "nack" and reply["expect"] == have + 1
+    for seq in (1, 99):
+        reply = peer.ask(rec(seq, [0, 0, 1.0, {"loss": 123.0}]))
+        assert reply == {"t": "nack", "run": SEED, "rank": 0, "reason": "hello", "expect": 1}
 
 
 def test_wire_bad_then_good_in_one_burst(wire_agent, tmp_path):

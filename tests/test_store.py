@@ -41,7 +41,7 @@ def wire(recs: list) -> tuple[list, list]:
 
 def ingest(store: Store, seq: int, recs: list, floor: int | None = None):
     store.begin()
-    result = store.ingest("r1", 0, seq, floor or seq, *wire(recs), 0.0)
+    result = store.ingest(("r1", 0, ""), seq, floor or seq, *wire(recs), 0.0)
     store.commit()
     return result
 
@@ -109,9 +109,9 @@ def test_streams_survive_reopening(store, tmp_path):
     ingest(store, 1, [rec(0, x=0.0), rec(1, x=1.0)])
     store.db.close()
     again = Store(tmp_path / "j.sqlite")
-    assert again.max_seq[("r1", 0)] == 2
+    assert again.max_seq[("r1", 0, "")] == 2
     again.begin()
-    assert again.ingest("r1", 0, 1, 1, *wire([rec(0, x=0.0), rec(1, x=1.0)]), 0.0).seq == 2  # a resend after restart
+    assert again.ingest(("r1", 0, ""), 1, 1, *wire([rec(0, x=0.0), rec(1, x=1.0)]), 0.0).seq == 2  # a resend
     again.commit()
     assert again.series("r1", "x")[0].tolist() == [0, 1]
 
@@ -126,3 +126,21 @@ def test_resolve_by_id_name_and_project_slash_name(store):
         store.resolve("twin")
     with pytest.raises(LookupError, match="no run"):
         store.resolve("ghost")
+
+
+def test_a_journal_from_before_sessions_keeps_its_streams(tmp_path):
+    """Streams were keyed by (run, rank): opening such a journal keeps every seq, as session ''."""
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE streams (run TEXT, rank INTEGER, max_seq INTEGER, PRIMARY KEY (run, rank))")
+    con.executemany("INSERT INTO streams VALUES (?,?,?)", [("a", 0, 7), ("a", 1, 3), ("b", 0, 12)])
+    con.commit()
+    con.close()
+    store = Store(path)
+    assert store.max_seq == {("a", 0, ""): 7, ("a", 1, ""): 3, ("b", 0, ""): 12}
+    store.begin()
+    assert store.ingest(("a", 0, ""), 1, 1, *wire([rec(0, x=0.0)]), 0.0).seq == 7  # still a resend
+    assert store.ingest(("a", 0, "new"), 1, 1, *wire([rec(0, x=0.0)]), 0.0).seq == 1  # a new process
+    store.commit()

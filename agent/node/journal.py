@@ -296,8 +296,9 @@ class Store:
             self.max_seq[key] = seq
             self._dirty_streams.add(key)
 
-    def _entries(self, run: str, rank: int, keys: list, recs: list) -> list[tuple]:
-        """Validated journal rows without ids; touches no state but the in-memory summary."""
+    def check_records(self, rank: int, keys: list, recs: list) -> tuple[list, list, list]:
+        """A batch checked in full, changing nothing: (metric columns, rollouts, checkpoint notes),
+        or ProtocolError saying what is wrong."""
         keysets = check_keysets(keys, self._known_metrics)
         metric_recs = []
         rollouts = []
@@ -321,7 +322,11 @@ class Store:
                                      "detail": f"checkpoint saved at step {step}: {rec[3]}"}))
             else:
                 raise ProtocolError(f"record kind {kind!r} with {len(rec)} fields is not known")
-        columns = columnize(metric_recs, keysets)
+        return columnize(metric_recs, keysets), rollouts, notes
+
+    def _entries(self, run: str, rank: int, keys: list, recs: list) -> list[tuple]:
+        """Validated journal rows without ids; touches no state but the in-memory summary."""
+        columns, rollouts, notes = self.check_records(rank, keys, recs)
         entries: list[tuple] = []
         summary = self.summaries.get(run)
         if summary is None:
@@ -336,8 +341,8 @@ class Store:
             entries.append((run, KIND_ROLLOUTS, None, rank, len(rows),
                             None, None, None, pack({"step": step, "time": wall_time, "rows": rows})))
         entries.extend((run, KIND_EVENT, None, rank, 0, None, None, None, body) for body in notes)
-        if metric_recs or rollouts:
-            last_step = max([r[1] for r in metric_recs[-1:]] + [r[0] for r in rollouts[-1:]])
+        if columns or rollouts:
+            last_step = max([int(c.steps[-1]) for c in columns] + [r[0] for r in rollouts[-1:]])
             self._dirty_runs[run] = max(last_step, self._dirty_runs.get(run, last_step))
         return entries
 

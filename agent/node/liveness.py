@@ -116,6 +116,9 @@ def process_gone(pid: int | None, started: float | None) -> bool:
         return False
 
 
+HELLO = "hello"  # Sessions.speak: open the run first
+
+
 @dataclass
 class Session:
     """The trainer process that speaks for one rank of a run (its Run object's session id)."""
@@ -137,9 +140,10 @@ class Sessions:
         self.alive_for = alive_for
         self.owners: dict[tuple[str, int], Session] = {}
 
-    def speak(self, run: str, rank: int, session: str, hello: dict | None = None) -> Session | None:
-        """Note that ``session`` speaks for (run, rank); returns the live owner it must not
-        displace, or None when it is (now) the owner.  A hello names the process (pid, host)."""
+    def speak(self, run: str, rank: int, session: str, hello: dict | None = None) -> Session | str | None:
+        """Note that ``session`` speaks for (run, rank).  None: it is (now) the owner; a Session: the
+        live owner it must not displace; ``HELLO``: it must open the run first (only a hello, which
+        names the process, takes a run over; after an agent restart every trainer says it again)."""
         now = time.monotonic()
         owner = self.owners.get((run, rank))
         if owner is not None and owner.id == session:
@@ -148,9 +152,10 @@ class Sessions:
         if owner is not None and now - owner.seen < self.alive_for \
                 and not (owner.local and process_gone(owner.pid, owner.started)):
             return owner
-        info = hello or {}
-        self.owners[(run, rank)] = Session(session, info.get("pid"), info.get("pid_started"),
-                                           info.get("host") == self.host, now)
+        if hello is None:
+            return HELLO
+        self.owners[(run, rank)] = Session(session, hello.get("pid"), hello.get("pid_started"),
+                                           hello.get("host") == self.host, now)
         return None
 
     def release(self, run: str, rank: int, session: str) -> None:

@@ -26,7 +26,7 @@ from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.journal import Store
-from pilothouse.node.liveness import Liveness, Sessions
+from pilothouse.node.liveness import HELLO, Liveness, Session, Sessions
 from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
@@ -343,10 +343,18 @@ class Agent:
     def _owner_speaks(self, ident: bytes, msg: dict, hello: bool = False) -> bool:
         """Records, heartbeats and acks of a run come only from the process that owns it; anyone
         else is refused, told why, and recorded on the run (once per 10 s, with a count)."""
-        run, rank, session = _stream(msg)
-        owner = self.sessions.speak(run, rank, session, msg if hello else None)
-        if owner is None:
+        verdict = self.sessions.speak(*_stream(msg), msg if hello else None)
+        if verdict is None:
             return True
+        self._not_owner(ident, msg, verdict)
+        return False
+
+    def _not_owner(self, ident: bytes, msg: dict, owner: Session | str) -> None:
+        run, rank, session = _stream(msg)
+        if owner == HELLO:
+            self._reply(ident, message("nack", run=run, rank=rank, reason="hello",
+                                       expect=self.store.max_seq.get((run, rank, session), 0) + 1))
+            return
         refusal = self._refusals.get((run, rank))
         now = time.monotonic()
         if refusal is None or now - refusal[0] > 10:
@@ -360,7 +368,6 @@ class Agent:
         self._bad_input(ident, f"run {run} rank {rank} is open in another process (pid {owner.pid or '?'}): a run "
                                f"belongs to the process that opened it while it lives; use another run id, or "
                                f"resume this one once that process is gone")
-        return False
 
     def _on_hello(self, ident: bytes, msg: dict, now: float) -> None:
         if not self._owner_speaks(ident, msg, hello=True):
@@ -382,7 +389,10 @@ class Agent:
             self._reply(ident, message("nack", run=run, rank=rank, reason="hello",
                                        expect=self.store.max_seq.get(_stream(msg), 0) + 1))
             return
-        if not self._owner_speaks(ident, msg):
+        verdict = self.sessions.speak(*_stream(msg))
+        if verdict is not None:
+            self.store.check_records(rank, msg["keys"], msg["recs"])  # a bad batch is refused as such, from anyone
+            self._not_owner(ident, msg, verdict)
             return
         result = self.store.ingest(_stream(msg), msg["seq"], msg["floor"], msg["keys"], msg["recs"], now)
         if result.entries:
