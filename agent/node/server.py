@@ -48,7 +48,8 @@ log = logging.getLogger("pilothouse.agent")
 TURN_MESSAGES = 2000  # bound one turn so acks and readers are never starved
 TURN_SECONDS = 0.05
 LOCAL, REMOTE = b"L", b"R"  # peer tags: which socket a routing id belongs to
-REMOTE_TYPES = frozenset({"q", "sub", "credit", "unsub"})  # readers and commands; trainers stay local
+FEED_TYPES = frozenset({"sub", "credit", "unsub"})  # a reader following the journal
+REMOTE_TYPES = FEED_TYPES | {"q"}  # readers and commands; trainers stay local
 
 
 class Refused(ProtocolError):
@@ -270,11 +271,13 @@ class Agent:
         except ProtocolError as exc:
             self._bad_input(ident, str(exc))
             return
-        mark, replies = self.store.mark(), len(self._replies)
+        writes = msg["t"] not in FEED_TYPES  # a reader's sub/credit/unsub touch no journal: no savepoint
+        mark, replies = self.store.mark() if writes else None, len(self._replies)
         try:
             self._dispatch(ident, msg, client_key)
         except Exception as exc:
-            self.store.undo(mark)
+            if mark is not None:
+                self.store.undo(mark)
             del self._replies[replies:]
             if not isinstance(exc, ProtocolError):
                 self._failed(msg, exc)
@@ -282,7 +285,8 @@ class Agent:
                                     "nothing of it was kept")
             self._bad_input(ident, str(exc), exc.req_id if isinstance(exc, Refused) else None)
         else:
-            self.store.release()
+            if mark is not None:
+                self.store.release()
 
     def _check(self, body: list[bytes], client_key: str | None) -> dict:
         if len(body) != 1:
