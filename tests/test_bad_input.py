@@ -26,7 +26,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 import pilothouse as ph
 from pilothouse.trainer.run import Run
-from pilothouse.wire.messages import MAX_MESSAGE_BYTES
+from pilothouse.wire.messages import MAX_HELLO_BYTES, MAX_INBOUND_BYTES, MAX_INBOUND_CONTAINERS
 
 torch = pytest.importorskip("torch")
 
@@ -401,7 +401,10 @@ def test_numpy_and_torch_scalars_are_accepted(api_agent, api_run):
     ([5], (ValueError, TypeError), r"."),
     ([None], (ValueError, TypeError), r"."),
     ([{"ok": 1}] * 10_001, ValueError, r"at most 10000 rows"),
-], ids=["nested-dict", "list", "bytes", "object", "int-key", "str-row", "int-row", "none-row", "too-many"])
+    ([{"completion": "é" * (1 << 20)}] * 2, ValueError, r"take \d+ bytes; log them in several calls"),
+    ([{"completion": "\ud800"}], ValueError, r"surrogate"),
+], ids=["nested-dict", "list", "bytes", "object", "int-key", "str-row", "int-row", "none-row", "too-many",
+        "too-big-in-utf8", "lone-surrogate"])
 def test_log_rollouts_rejects_bad_rows_and_logs_nothing(api_agent, api_run, rows, exc, why):
     api_run.log_rollouts(0, [{"prompt": "good", "reward": 1.0, "ok": True, "note": None}])
     with pytest.raises(exc, match=why):
@@ -657,7 +660,7 @@ def test_wire_oversized_frame_drops_the_connection_and_the_agent_serves_others(w
     try:
         as_owner(sock)
         sock.connect(proc.url)
-        sock.send(b"\x80" * (MAX_MESSAGE_BYTES + 1))
+        sock.send(b"\x80" * (MAX_INBOUND_BYTES + 1))
         assert monitor.poll(10_000), "the agent did not drop a connection that sent a frame over its bound"
         assert recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED
         assert not sock.poll(300, zmq.POLLIN), "the oversized frame got an answer"
@@ -783,6 +786,91 @@ def test_a_deep_hello_in_the_middle_of_a_burst_is_refused_alone(tmp_path):
     finally:
         peer.close()
         proc.stop()
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc")
+
+
+def _just_under(build, fill: int) -> bytes:
+    """The largest frame ``build(n)`` makes below the agent's frame bound (n items of ``fill`` bytes)."""
+    frame = build((MAX_INBOUND_BYTES - 1024) // fill)
+    assert len(frame) <= MAX_INBOUND_BYTES
+    return frame
+
+
+def test_frames_full_of_tiny_objects_cannot_balloon_the_agent(tmp_path):
+    """A 60 MB frame of empty maps took the agent from 53 MB to 4.4 GB.  Now the frame is bounded and
+    decoding stops at the first map or list past MAX_INBOUND_CONTAINERS: eight frames just under the
+    bound, of each kind of tiny object, leave the agent's peak RSS far below that, and a trainer
+    logging meanwhile keeps every point."""
+    proc = AgentProcess(tmp_path / "agent", free_port()).start()
+    run = ph.init(project="hostile", name="victim", agent=proc.url, heartbeat=0.2)
+    peer = RawPeer(proc.url)
+    try:
+        run.log({"loss": 0.0}, step=0)
+        assert run.flush(10)
+        base = _peak_rss_mb(proc.proc.pid)
+        frames = {
+            "empty maps": _just_under(lambda n: msgpack.packb({"t": "hb", "x": [{}] * n}), 1),
+            "nested lists": _just_under(lambda n: msgpack.packb({"t": "rec", "x": [[[]] * 1000] * (n // 1003)}), 1),
+            "two-char strings": _just_under(lambda n: msgpack.packb({"t": "rec", "run": "victim", "x": ["ab"] * n}),
+                                            3),
+            "uint16s": _just_under(lambda n: msgpack.packb({"t": "rec", "x": [40_000] * n}), 3),
+        }
+        for kind, frame in frames.items():
+            for _ in range(2):
+                reply = peer.ask(frame, timeout=20)
+                assert reply is not None and reply["t"] == "err", (kind, reply)
+            if kind in ("empty maps", "nested lists"):
+                assert f"more than {MAX_INBOUND_CONTAINERS} maps and lists" in reply["msg"]
+        for s in range(1, 101):
+            run.log({"loss": float(s)}, step=s)
+        assert run.flush(20)
+        peak = _peak_rss_mb(proc.proc.pid)
+        print(f"agent peak RSS {base:.0f} MB before, {peak:.0f} MB after 8 hostile frames")
+        assert peak - base < 32 * MAX_INBOUND_BYTES / 2 ** 20, (base, peak)  # the frame, its copy, ~20x decoded
+        assert series(proc, run.id, "loss")[0].tolist() == list(range(101))
+        assert "Traceback" not in proc.log.read_text()
+    finally:
+        run.finish()
+        peer.close()
+        proc.stop()
+
+
+def test_a_hello_past_its_bound_is_refused_and_the_trainer_api_says_why(tmp_path, api_agent):
+    with RawPeer(api_agent.url) as peer:
+        reply = peer.ask(_hello("bighello", config={"blob": "x" * MAX_HELLO_BYTES}))
+        assert reply is not None and reply["t"] == "err" and "limited to" in reply["msg"], reply
+    expect_rejected(lambda: ph.init("p", "big", config={"blob": "x" * MAX_HELLO_BYTES}, agent=api_agent.url),
+                    ValueError, "keep large values")
+
+
+def test_a_run_past_its_metric_limit_is_told_at_log_and_by_the_agent(api_agent):
+    """The trainer API refuses the 10,001st name (nothing of that call is logged); a process that
+    resumes the run and logs a new name gets its other points stored and an error in its stats."""
+    from pilothouse.wire.records import MAX_METRICS_PER_RUN
+
+    run = ph.init("p", "wide", agent=api_agent.url)
+    run.log({f"m{i}": 1.0 for i in range(MAX_METRICS_PER_RUN)}, step=0)
+    expect_rejected(lambda: run.log({"m1": 2.0, "one_more": 2.0}, step=1), ValueError,
+                    r"would have 10001 distinct metrics; the limit is 10000")
+    assert run.finish(timeout=20)
+    again = ph.init("p", "wide", id=run.id, agent=api_agent.url)
+    try:
+        again.log({"m1": 3.0, "one_more": 3.0}, step=2)
+        assert again.flush(10)
+        wait_until(lambda: again.stats["errors"] > 0, what="the agent's refusal in the trainer's stats")
+        assert "the most a run may have: 1 new metric not stored ('one_more')" in again.stats["last_error"]
+    finally:
+        again.finish(timeout=10)
+    assert series(api_agent, run.id, "m1")[0].tolist() == [0, 2]
+    with api_agent.client() as client:
+        row = next(r for r in client.runs() if r["id"] == run.id)
+        assert row["metrics"] == MAX_METRICS_PER_RUN and "one_more" not in row["summary"]
 
 
 def test_a_flood_of_hostile_frames_is_logged_in_lines_not_tracebacks(tmp_path):

@@ -144,3 +144,67 @@ def test_a_journal_from_before_sessions_keeps_its_streams(tmp_path):
     assert store.ingest(("a", 0, ""), 1, 1, *wire([rec(0, x=0.0)]), 0.0).seq == 7  # still a resend
     assert store.ingest(("a", 0, "new"), 1, 1, *wire([rec(0, x=0.0)]), 0.0).seq == 1  # a new process
     store.commit()
+
+
+def _wide(step: int, names) -> tuple:
+    names = tuple(names)
+    return (0, step, 1000.0 + step, names, [float(step)] * len(names))
+
+
+def test_past_the_metric_limit_new_metrics_are_refused_and_said_so(store):
+    """A run at MAX_METRICS_PER_RUN keeps taking points of its metrics; a new one in the same batch
+    is not stored, and the batch's answer and an event say so."""
+    from pilothouse.wire.entries import KIND_EVENT, entry_body
+    from pilothouse.wire.records import MAX_METRICS_PER_RUN
+
+    assert ingest(store, 1, [_wide(0, (f"m{i}" for i in range(MAX_METRICS_PER_RUN)))]).refused == ""
+    result = ingest(store, 2, [_wide(1, ("m7", "extra1", "extra2"))])
+    assert result.seq == 2 and "10000 metrics, the most a run may have: 2 new metrics not stored" in result.refused
+    assert store.series("r1", "m7")[0].tolist() == [0, 1]
+    assert len(store.series("r1", "extra1")[0]) == 0
+    events = [entry_body(e) for e in store.read(0, kinds=[KIND_EVENT])[0]]
+    assert [(e["event"], e["metrics"], e["first"]) for e in events if e["event"] == "refused"] == \
+        [("refused", 2, ["extra1", "extra2"])]
+    run = next(r for r in store.runs() if r["id"] == "r1")
+    assert run["metrics"] == MAX_METRICS_PER_RUN
+
+
+def test_the_runs_summary_is_short_and_written_per_metric(store):
+    """320k metric names once made the summary outgrow the frame and cost every turn a rewrite of
+    it: now a turn writes the rows of the metrics it touched, and `runs` carries the most
+    important few."""
+    from pilothouse.node.journal import SUMMARY_METRICS
+
+    names = [f"per_sample/{i}" for i in range(5000)] + ["loss", "reward", "kl"]
+    ingest(store, 1, [_wide(0, names)])
+    before = store.db.conn.total_changes
+    ingest(store, 2, [rec(1, loss=0.5)])
+    assert store.db.conn.total_changes - before <= 4  # the journal chunk, the stream, the step, loss's row
+    run = next(r for r in store.runs() if r["id"] == "r1")
+    assert run["metrics"] == len(names) and len(run["summary"]) == SUMMARY_METRICS
+    assert list(run["summary"])[:3] == ["reward", "kl", "loss"] and run["summary"]["loss"] == 0.5
+    assert len(pack(run)) < 4096
+
+
+def test_a_journal_with_summary_blobs_keeps_its_last_values(tmp_path):
+    """Summaries were one blob per run: opening such a journal turns them into rows."""
+    path = tmp_path / "old.sqlite"
+    old = Store(path)
+    old.begin()
+    old.upsert_run(HELLO, 0.0)
+    old.commit()
+    old.db["runs"].add_column("summary", bytes)
+    old.db.execute("UPDATE runs SET summary=? WHERE id='r1'", [pack({"loss": 0.25, "reward": 1.5})])
+    old.db.execute("DELETE FROM last_values")
+    old.db.conn.commit()
+    old.db.close()
+    store = Store(path)
+    assert "summary" not in store.db["runs"].columns_dict
+    assert next(r for r in store.runs() if r["id"] == "r1")["summary"] == {"reward": 1.5, "loss": 0.25}
+
+
+def test_last_values_come_back_bit_exact_after_reopening(store, tmp_path):
+    ingest(store, 1, [rec(0, **{f"v{i}": v for i, v in enumerate(SPECIAL)})])
+    store.db.close()
+    summary = next(r for r in Store(tmp_path / "j.sqlite").runs() if r["id"] == "r1")["summary"]
+    assert bits(summary[f"v{i}"] for i in range(len(SPECIAL))) == bits(SPECIAL)

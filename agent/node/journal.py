@@ -11,6 +11,7 @@ run resumed by id from a new process numbers its records from 1 again in a strea
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -23,7 +24,9 @@ from pilothouse.db import open_db
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, Entry, join_chunks, unpack_blob
 from pilothouse.wire.messages import MAX_PAGE_POINTS, ProtocolError, pack
+from pilothouse.wire.metric_order import by_importance
 from pilothouse.wire.records import (
+    MAX_METRICS_PER_RUN,
     REC_CHECKPOINT,
     REC_METRICS,
     REC_ROLLOUTS,
@@ -32,8 +35,11 @@ from pilothouse.wire.records import (
     columnize,
 )
 
+_F64 = struct.Struct("<d")
 _ABSENT = object()  # an undo entry for a key that was not there
 Stream = tuple[str, int, str]  # (run, rank, session): one trainer process's records of one rank
+
+SUMMARY_METRICS = 32  # last values per run in a `runs` reply
 
 RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
                "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records")
@@ -46,6 +52,7 @@ class IngestResult:
     seq: int
     expect: int | None = None
     entries: list[Entry] = field(default_factory=list)
+    refused: str = ""  # what of the batch was not stored, and why (the rest was)
 
 
 class Store:
@@ -56,7 +63,8 @@ class Store:
         self.journal_id = self._journal_id()
         self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
         self.max_seq = self._load_streams()
-        self.summaries: dict[str, dict] = {}
+        self.summaries: dict[str, dict[str, float]] = {}  # run -> metric -> last value, for runs ingested
+        self._dirty_last: dict[tuple[str, str], bool] = {}  # (run, metric) whose last value changed this turn
         self._known_metrics: set[str] = set()
         self._pending: list[Entry] = []
         self._dirty_streams: set[Stream] = set()
@@ -68,9 +76,18 @@ class Store:
         db["runs"].create({
             "id": str, "project": str, "name": str, "kind": str, "host": str, "pid": int,
             "pid_started": float, "config": bytes, "created": float, "status": str, "last_seen": float,
-            "ended": float, "last_step": int, "summary": bytes, "dropped_records": int,
+            "ended": float, "last_step": int, "dropped_records": int,
             "dropped_points": int, "lost_records": int, "schema": bytes,
         }, pk="id", if_not_exists=True)
+        # a run's metrics and their last values: a row each, so a turn writes only what changed
+        db["last_values"].create({"run": str, "metric": str, "value": bytes}, pk=("run", "metric"),
+                                 if_not_exists=True)
+        if "summary" in db["runs"].columns_dict:  # a journal from before: one blob per run
+            db["last_values"].insert_all(
+                ({"run": run, "metric": metric, "value": _F64.pack(value)}
+                 for run, blob in db.execute("SELECT id, summary FROM runs").fetchall()
+                 for metric, value in (unpack_blob(blob) or {}).items()), replace=True)
+            db["runs"].transform(drop={"summary"})
         db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
         db["commands"].create({
             "cid": str, "run": str, "cmd": str, "args": bytes, "who": bytes, "sent": float, "state": str,
@@ -112,11 +129,17 @@ class Store:
                 "INSERT OR REPLACE INTO streams (run, rank, session, max_seq) VALUES (?,?,?,?)",
                 [(*key, self.max_seq[key]) for key in self._dirty_streams])
             self._dirty_streams.clear()
-        for run, step in self._dirty_runs.items():
-            self.db.execute("UPDATE runs SET last_step=?, summary=? WHERE id=?",
-                            [step, pack(self.summaries.get(run, {})), run])
-        self._dirty_runs.clear()
+        if self._dirty_runs:
+            self.db.conn.executemany("UPDATE runs SET last_step=? WHERE id=?",
+                                     [(step, run) for run, step in self._dirty_runs.items()])
+            self._dirty_runs.clear()
+        if self._dirty_last:
+            self.db.conn.executemany("INSERT OR REPLACE INTO last_values VALUES (?,?,?)",
+                                     [(run, m, _F64.pack(self.summaries[run][m])) for run, m in self._dirty_last])
+            self._dirty_last.clear()
         self._undo.clear()
+        if len(self._known_metrics) > 100_000:  # a cache of checked names, not a record: keep it bounded
+            self._known_metrics.clear()
         self.db.execute("COMMIT")
         return entries
 
@@ -127,6 +150,7 @@ class Store:
         self._pending.clear()
         self._dirty_streams.clear()
         self._dirty_runs.clear()
+        self._dirty_last.clear()
         self._undo.clear()
         self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
         self.max_seq = self._load_streams()
@@ -172,11 +196,11 @@ class Store:
         row = self.db.execute("SELECT status, pid, pid_started FROM runs WHERE id=?", [run_id]).fetchone()
         if row is None:
             self.db.execute(
-                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, config, summary, schema) "
-                f"VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 3))})",
+                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, config, schema) "
+                f"VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 2))})",
                 [run_id, hello["project"], hello["name"], kind, hello["host"], hello["pid"],
                  hello.get("pid_started"), hello.get("created", now), "running", now, None, None,
-                 0, 0, 0, pack(hello["config"]), pack({}), pack(hello.get("schema", {}))])
+                 0, 0, 0, pack(hello["config"]), pack(hello.get("schema", {}))])
             self.event(run_id, "status", {"status": "running", "host": hello["host"], "pid": hello["pid"]})
         elif hello.get("rank", 0) == 0:  # the run's process, as far as liveness goes, is rank 0's
             self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=?, schema=? WHERE id=?",
@@ -236,14 +260,26 @@ class Store:
                         [now, dropped_records, dropped_points, run_id])
 
     def runs(self) -> list[dict]:
+        """Every run, with ``metrics`` (how many it has) and the last values of its SUMMARY_METRICS
+        most important ones: the reply stays small however many metrics a run logs."""
+        counts = dict(self.db.execute("SELECT run, COUNT(*) FROM last_values GROUP BY run"))
         out = []
-        for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, summary, schema FROM runs "
-                                 "ORDER BY created"):
+        for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, schema FROM runs ORDER BY created"):
             row["config"] = unpack_blob(row["config"])
             row["schema"] = unpack_blob(row["schema"]) or {}
-            row["summary"] = self.summaries.get(row["id"]) or unpack_blob(row["summary"]) or {}
+            row["metrics"] = counts.get(row["id"], 0)
+            row["summary"] = self._summary(row["id"])
             out.append(row)
         return out
+
+    def _summary(self, run: str) -> dict[str, float]:
+        last = self._last_values(run)
+        return {m: last[m] for m in by_importance(last)[:SUMMARY_METRICS]}
+
+    def _last_values(self, run: str) -> dict[str, float]:
+        """Bit-exact (SQLite would store a NaN as NULL): 8 bytes per value."""
+        return {m: _F64.unpack(v)[0] for m, v in self.db.execute("SELECT metric, value FROM last_values WHERE run=?",
+                                                                 [run])}
 
     def resolve(self, ref: str) -> str:
         """A run id, or a run name (or project/name) that names exactly one run."""
@@ -269,12 +305,18 @@ class Store:
         lost = max(0, floor - 1 - have) if seq > have + 1 else 0
         if seq > have + lost + 1:
             return IngestResult(have, expect=have + lost + 1)
-        rows = self._entries(run, rank, keys, recs[have + lost + 1 - seq:])  # raises before any change
+        rows, refused = self._entries(run, rank, keys, recs[have + lost + 1 - seq:])  # raises before any change
         self.account_floor(key, floor)
         entries = [Entry(self._next_id(), *row) for row in rows]
         self._pending.extend(entries)
+        note = ""
+        if refused:
+            note = (f"run {run} has {MAX_METRICS_PER_RUN} metrics, the most a run may have: {len(refused)} new "
+                    f"metric{'s' if len(refused) > 1 else ''} not stored ({', '.join(map(repr, refused[:3]))}{', ...' if len(refused) > 3 else ''})")
+            entries.append(self.event(run, "refused", {"rank": rank, "metrics": len(refused), "first": refused[:10],
+                                                       "detail": note}))
         self._advance(key, last)
-        return IngestResult(last, entries=entries)
+        return IngestResult(last, entries=entries, refused=note)
 
     def account_floor(self, key: Stream, floor: int) -> int:
         """The trainer holds nothing below ``floor``: what we lack below it was dropped at its bound.
@@ -324,19 +366,26 @@ class Store:
                 raise ProtocolError(f"record kind {kind!r} with {len(rec)} fields is not known")
         return columnize(metric_recs, keysets), rollouts, notes
 
-    def _entries(self, run: str, rank: int, keys: list, recs: list) -> list[tuple]:
-        """Validated journal rows without ids; touches no state but the in-memory summary."""
+    def _entries(self, run: str, rank: int, keys: list, recs: list) -> tuple[list[tuple], list[str]]:
+        """Validated journal rows without ids, and the new metrics refused past the run's limit;
+        touches no state but the in-memory last values."""
         columns, rollouts, notes = self.check_records(rank, keys, recs)
         entries: list[tuple] = []
-        summary = self.summaries.get(run)
-        if summary is None:
+        refused: list[str] = []
+        last = self.summaries.get(run)
+        if last is None:
             self._changed(self.summaries, run)
-            summary = self.summaries[run] = self._load_summary(run)
+            last = self.summaries[run] = self._last_values(run)
         for col in columns:
+            if col.metric not in last and len(last) >= MAX_METRICS_PER_RUN:
+                refused.append(col.metric)
+                continue
             entries.append((run, KIND_METRIC, col.metric, rank, len(col.steps),
                             col.steps.tobytes(), col.vals.tobytes(), col.times.tobytes(), None))
-            self._changed(summary, col.metric)
-            summary[col.metric] = float(col.vals[-1])
+            self._changed(last, col.metric)
+            last[col.metric] = float(col.vals[-1])
+            self._changed(self._dirty_last, (run, col.metric))
+            self._dirty_last[run, col.metric] = True
         for step, wall_time, rows in rollouts:
             entries.append((run, KIND_ROLLOUTS, None, rank, len(rows),
                             None, None, None, pack({"step": step, "time": wall_time, "rows": rows})))
@@ -344,11 +393,7 @@ class Store:
         if columns or rollouts:
             last_step = max([int(c.steps[-1]) for c in columns] + [r[0] for r in rollouts[-1:]])
             self._dirty_runs[run] = max(last_step, self._dirty_runs.get(run, last_step))
-        return entries
-
-    def _load_summary(self, run: str) -> dict:
-        row = self.db.execute("SELECT summary FROM runs WHERE id=?", [run]).fetchone()
-        return (unpack_blob(row[0]) if row else None) or {}
+        return entries, refused
 
     def event(self, run: str, name: str, data: dict) -> Entry:
         entry = Entry(self._next_id(), run, KIND_EVENT, None, 0, 0, None, None, None,

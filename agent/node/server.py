@@ -34,7 +34,7 @@ from pilothouse.version import __version__
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, query_arg
 from pilothouse.wire.entries import check_kinds
 from pilothouse.wire.messages import (
-    MAX_MESSAGE_BYTES,
+    MAX_INBOUND_BYTES,
     MAX_PAGE_POINTS,
     ProtocolError,
     decode,
@@ -406,6 +406,8 @@ class Agent:
         if result.expect is not None:
             self._reply(ident, message("nack", run=run, rank=rank, reason="gap", expect=result.expect))
         else:
+            if result.refused:
+                self._reply(ident, message("err", id=None, msg=result.refused))
             self._acks[(ident, run, rank)] = result.seq  # last: an ack is sent only for what was kept
 
     def _on_heartbeat(self, ident: bytes, msg: dict, now: float) -> None:
@@ -547,7 +549,7 @@ class Agent:
 
 
 def _tune(sock: zmq.Socket) -> None:
-    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_INBOUND_BYTES)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 10_000)

@@ -22,13 +22,21 @@ import zmq.utils.monitor
 
 from pilothouse.security import HANDSHAKE_FAILED, client_keys
 from pilothouse.trainer.helm import Helm
-from pilothouse.wire.messages import ProtocolError, message, pack, unpack
-from pilothouse.wire.records import REC_METRICS, encode_records
+from pilothouse.wire.messages import (
+    MAX_INBOUND_BYTES,
+    MAX_INBOUND_CONTAINERS,
+    ProtocolError,
+    message,
+    pack,
+    unpack,
+)
+from pilothouse.wire.records import REC_METRICS, REC_ROLLOUTS, encode_records
 
 log = logging.getLogger("pilothouse.outbox")
 
 MAX_RECORDS_PER_BATCH = 4096
-MAX_BATCH_BYTES = 8 << 20  # far below the agent's 64 MiB ZMQ_MAXMSGSIZE, which drops bigger frames
+MAX_BATCH_BYTES = MAX_INBOUND_BYTES // 2  # the agent drops a bigger frame; a record never reaches it alone
+MAX_BATCH_CONTAINERS = MAX_INBOUND_CONTAINERS // 2  # the agent refuses more maps and lists in one message
 MAX_INFLIGHT_BYTES = 32 << 20  # sent but not yet acknowledged; the rest waits in the buffer
 
 
@@ -182,7 +190,8 @@ class Outbox:
             recs = [queue.popleft() for _ in range(n)]
             try:
                 body = _pack_body(recs)
-                while len(body) > MAX_BATCH_BYTES and n > 1:  # rare: wide records; put the tail back
+                while n > 1 and (len(body) > MAX_BATCH_BYTES or _containers(recs) > MAX_BATCH_CONTAINERS):
+                    # rare: wide records or many rollout rows; put the tail back
                     n //= 2
                     queue.extendleft(reversed(recs[n:]))
                     recs = recs[:n]
@@ -354,6 +363,11 @@ def _pack_body(recs: list[tuple]) -> bytes:
     keys, wire = encode_records(recs)
     packer = msgpack.Packer(use_bin_type=True)
     return b"".join((packer.pack("keys"), packer.pack(keys), packer.pack("recs"), packer.pack(wire)))
+
+
+def _containers(recs: list[tuple]) -> int:
+    """Maps and lists the agent will decode: a record, its values and key set, plus one per rollout row."""
+    return sum(3 if r[0] == REC_METRICS else 2 + len(r[3]) if r[0] == REC_ROLLOUTS else 1 for r in recs)
 
 
 def _points(recs: list[tuple]) -> int:

@@ -34,7 +34,8 @@ from pilothouse.wire.checks import (
     check_run_id,
     normal_name,
 )
-from pilothouse.wire.records import REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS, check_rollouts
+from pilothouse.wire.messages import MAX_HELLO_BYTES, MAX_INBOUND_BYTES, message, pack
+from pilothouse.wire.records import MAX_METRICS_PER_RUN, REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS, check_rollouts
 from pilothouse.wire.tuning import build_schema
 from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT, check_url
 
@@ -42,7 +43,7 @@ log = logging.getLogger("pilothouse")
 
 _FLOATS = frozenset((float,))
 _OPEN_RUNS: "weakref.WeakSet[Run]" = weakref.WeakSet()
-_MAX_ROLLOUT_TEXT = 16 << 20
+_MAX_ROLLOUT_BYTES = MAX_INBOUND_BYTES // 2 - 4096  # packed, per call: one record always fits a batch
 
 
 def init(project: str, name: str | None = None, config: Mapping[str, Any] | None = None,
@@ -102,6 +103,7 @@ class Run:
         self._step = -1
         self._records = 0  # appended to the queue; what flush waits for
         self._known: dict[tuple[str, ...], tuple[str, ...]] = {}  # metric-name sets checked -> their NFC form
+        self._metric_names: set[str] = set()
         self._closed = False
         self._lock = threading.Lock()
         hello = {"run": run_id, "rank": rank, "session": secrets.token_hex(8), "project": project, "name": name,
@@ -110,6 +112,9 @@ class Run:
                  "pid_started": psutil.Process().create_time(), "created": time.time()}
         if alerts:
             hello["alerts"] = alerts
+        if len(pack(message("hello", **hello))) > MAX_HELLO_BYTES:
+            raise ValueError(f"config, tunable schema and alert rules take more than {MAX_HELLO_BYTES} bytes "
+                             "packed; keep large values (datasets, prompts) out of the config")
         self._broadcaster = broadcaster
         self._sync_every = sync_every
         self._outbox = Outbox(url, hello, max_buffer_bytes=buffer_bytes, heartbeat_interval=heartbeat)
@@ -147,9 +152,10 @@ class Run:
                 raise TypeError(f"rollout row {i} must be a dict, got {type(row).__name__}")
         clean = [{k: _rollout_value(k, v) for k, v in row.items()} for row in rows]
         check_rollouts(clean)
-        size = sum(len(v) for row in clean for v in row.values() if isinstance(v, str))
-        if size > _MAX_ROLLOUT_TEXT:
-            raise ValueError(f"rollouts for step {step} hold {size} characters; split them (limit {_MAX_ROLLOUT_TEXT})")
+        size = len(pack(clean))
+        if size > _MAX_ROLLOUT_BYTES:
+            raise ValueError(f"rollouts for step {step} take {size} bytes; log them in several calls "
+                             f"(limit {_MAX_ROLLOUT_BYTES} per call, all kept at the step)")
         self._queue.append((REC_ROLLOUTS, self._next_step(step, advance=False), time.time(), clean))
         self._records += 1
 
@@ -246,6 +252,12 @@ class Run:
         wire_names = tuple(normal_name(key, "metric name") for key in names)
         if len(set(wire_names)) != len(wire_names):
             raise ValueError(f"metric names {sorted(names)!r:.200} name one metric twice once normalized (NFC)")
+        added = [name for name in wire_names if name not in self._metric_names]
+        if len(self._metric_names) + len(added) > MAX_METRICS_PER_RUN:
+            raise ValueError(f"run {self.id} would have {len(self._metric_names) + len(added)} distinct metrics; "
+                             f"the limit is {MAX_METRICS_PER_RUN} (log per-sample values as rollouts, not as "
+                             "metric names)")
+        self._metric_names.update(added)
         self._known[names] = wire_names
         return wire_names
 

@@ -25,7 +25,14 @@ from pilothouse.wire.checks import (
 )
 from pilothouse.wire.tuning import check_schema
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ZMQ_MAXMSGSIZE on the agent's socket
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ZMQ_MAXMSGSIZE on a reader's socket: the agent's replies
+# What the agent takes in.  Decoding costs memory per object, not per byte (an empty map is 64 B of
+# Python for 1 B of frame, a 2-character string 59 B for 3), so both the frame and its maps and
+# lists are bounded: one message costs the agent about 20x MAX_INBOUND_BYTES at worst (a frame of
+# two-character strings; tests/test_bad_input.py measures it).
+MAX_INBOUND_BYTES = 8 * 1024 * 1024  # ZMQ_MAXMSGSIZE on the agent's sockets; a trainer's batch is at most half
+MAX_INBOUND_CONTAINERS = 1 << 19  # maps and lists in one inbound message; a trainer's batch is at most half
+MAX_HELLO_BYTES = 1 << 20  # a run's config, schema and alert rules
 MAX_PAGE_POINTS = 200_000  # points per reply page; keeps replies far below the frame bound
 
 
@@ -37,9 +44,29 @@ def pack(msg: dict) -> bytes:
     return msgpack.packb(msg, use_bin_type=True)
 
 
-def unpack(frame: bytes) -> Any:
+class _TooManyContainers(Exception):
+    pass
+
+
+def unpack(frame: bytes, max_containers: int | None = None) -> Any:
+    """msgpack -> Python; with ``max_containers``, decoding stops at the first map or list past it,
+    so a frame of millions of empty maps is refused before it is built."""
+    hooks = {}
+    if max_containers is not None:
+        left = max_containers
+
+        def count(container: Any) -> Any:
+            nonlocal left
+            left -= 1
+            if left < 0:
+                raise _TooManyContainers
+            return container
+
+        hooks = {"object_hook": count, "list_hook": count}
     try:
-        return msgpack.unpackb(frame, raw=False, strict_map_key=True)
+        return msgpack.unpackb(frame, raw=False, strict_map_key=True, **hooks)
+    except _TooManyContainers:
+        raise ProtocolError(f"message holds more than {max_containers} maps and lists") from None
     except Exception as exc:  # msgpack raises several unrelated types for garbage
         raise ProtocolError(f"frame is not valid msgpack ({type(exc).__name__})") from None
 
@@ -174,12 +201,15 @@ def message(kind: str, **fields: Any) -> dict:
 
 def decode(frame: bytes) -> dict:
     """Unpack and validate one inbound message, or raise ProtocolError saying what is wrong."""
-    msg = unpack(frame)
+    msg = unpack(frame, MAX_INBOUND_CONTAINERS)
     if not isinstance(msg, dict):
         raise ProtocolError(f"message must be a map, got {type(msg).__name__}")
     kind = msg.get("t")
     check = INBOUND.get(kind) if isinstance(kind, str) else None
     if check is None:
         raise ProtocolError(f"unknown message type {str(kind)[:40]!r}")
+    if kind == "hello" and len(frame) > MAX_HELLO_BYTES:
+        raise ProtocolError(f"'hello' is {len(frame)} bytes; a run's config, schema and rules are limited to "
+                            f"{MAX_HELLO_BYTES}")
     check(msg)
     return msg

@@ -24,6 +24,9 @@ REC_ROLLOUTS = 1
 REC_CHECKPOINT = 2  # [2, step, wall_time, path]: a checkpoint the loop saved unasked
 
 MAX_ROLLOUT_ROWS = 10_000
+# Distinct metric names in one run (W&B's advice is the same order): the trainer API refuses the
+# next one, the agent stores none past it and says so; per-sample names are a bug, not a run.
+MAX_METRICS_PER_RUN = 10_000
 
 
 def encode_records(records: list[tuple]) -> tuple[list[tuple[str, ...]], list[tuple]]:
