@@ -55,6 +55,7 @@ class Health:
     silent: float = 0.0  # seconds since anything was heard from the agent
     cursor: int = 0
     error: str = ""
+    warning: str = ""  # what the agent says is wrong on its side (a full disk), while connected
 
 
 class AgentLink:
@@ -159,7 +160,11 @@ class AgentLink:
             return None, heard
         answered = time.monotonic()
         store.put_runs(self.url, runs)
-        self._set(lag=answered - sent, error="")
+        try:
+            warning = ask.ping().get("disk_full") or ""
+        except (AgentError, ProtocolError) as exc:
+            warning = f"no state from the agent: {exc}"
+        self._set(lag=answered - sent, error="", warning=str(warning))
         return runs, answered
 
     def _note_behind(self, entries: list[Entry]) -> None:

@@ -33,6 +33,10 @@ def add_parsers(reader: Reader) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     with client_for(args) as client:
         runs = client.runs()
+        full = client.ping().get("disk_full")
+    if full:
+        print(printable(f"pilothouse: the agent at {args.agent}: {full}; nothing new is stored until space "
+                        "returns (trainers keep their records)"), file=sys.stderr)
     if not args.all:
         runs = [r for r in runs if r["kind"] == "train"]
     if args.json:

@@ -6,6 +6,7 @@ import argparse
 import logging
 import sqlite3
 import sys
+from pathlib import Path
 
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, positive
 from pilothouse.paths import default_data_dir
@@ -25,6 +26,9 @@ def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParse
     a.add_argument("--sample-interval", type=positive, default=1.0, help="seconds between GPU/host samples")
     a.add_argument("--stale-after", type=positive, default=5.0, help="seconds without heartbeat before a run is stale")
     a.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    a.add_argument("--recover", action="store_true",
+                   help="copy what can be read of a damaged journal into a new one (the agent must be stopped), "
+                        "keep the damaged file beside it, and exit")
     a.set_defaults(func=cmd_agent)
 
 
@@ -34,7 +38,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from pilothouse.node.server import Agent
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.raiseExceptions = False  # a log line that cannot be written (a full disk) is dropped, not a traceback
     data = args.data or default_data_dir()
+    if args.recover:
+        return _recover(args, Path(data))
     try:
         agent = Agent(args.bind, data, sample_interval=args.sample_interval, stale_after=args.stale_after,
                       listen=args.listen, keys=Keyring(args.keys), alerts=args.alerts)
@@ -49,4 +56,27 @@ def cmd_agent(args: argparse.Namespace) -> int:
         print(f"pilothouse agent: cannot use data directory {data}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     agent.serve_forever()
+    return 0
+
+
+def _recover(args: argparse.Namespace, data: Path) -> int:
+    from pilothouse.client import reachable
+    from pilothouse.node.recover import recover
+
+    journal = data / "journal.sqlite"
+    if not journal.is_file():
+        print(f"pilothouse agent: no journal at {journal}", file=sys.stderr)
+        return EXIT_USAGE
+    if reachable(args.bind, timeout=1.0):
+        print(f"pilothouse agent: an agent answers on {args.bind}; stop it before --recover", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        salvage = recover(journal)
+    except (OSError, sqlite3.Error) as exc:
+        print(f"pilothouse agent: cannot recover {journal}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    for table, kept in salvage.kept.items():
+        lost = salvage.lost[table]
+        print(f"{table}: {kept} rows kept" + (f", {lost} unreadable" if lost else ""))
+    print(f"new journal at {journal}; the damaged one is {salvage.damaged}")
     return 0

@@ -173,6 +173,13 @@ class CommandDesk:
             for w in waiters:
                 self.reply(w.ident, message("r", id=w.req_id, data=row))
 
+    def forget_unstored(self, why: str) -> None:
+        """After a turn was undone: clients held on a command that was never stored get ``why``."""
+        for cid in [c for c in self._waiting if self.store.command(c) is None]:
+            for w in self._waiting.pop(cid):
+                self.reply(w.ident, message("err", id=w.req_id, msg=why))
+            self._sent.pop(cid, None)
+
     def expire(self) -> None:
         """Held requests whose wait ran out get the command as it stands (still pending)."""
         now = time.monotonic()

@@ -162,7 +162,12 @@ class Store:
     def mark(self) -> tuple:
         """A savepoint, in SQLite and in memory: one message's writes can be undone alone."""
         self.db.execute("SAVEPOINT message")
-        return self.head, len(self._pending), set(self._dirty_streams), dict(self._dirty_runs), len(self._undo)
+        return (self.head, len(self._pending), set(self._dirty_streams), dict(self._dirty_runs), len(self._undo),
+                self.db.conn.total_changes)
+
+    def wrote_since(self, mark: tuple) -> bool:
+        """Whether anything was written, or gathered to write at commit, after ``mark``."""
+        return (self.db.conn.total_changes, len(self._pending), len(self._undo)) != (mark[5], mark[1], mark[4])
 
     def release(self) -> None:
         self.db.execute("RELEASE message")
@@ -171,7 +176,7 @@ class Store:
         """Back to ``mark``: what one bad message wrote is gone, the rest of the turn stays."""
         self.db.execute("ROLLBACK TO message")
         self.db.execute("RELEASE message")
-        self.head, pending, self._dirty_streams, self._dirty_runs, undo = mark
+        self.head, pending, self._dirty_streams, self._dirty_runs, undo, _ = mark
         del self._pending[pending:]
         while len(self._undo) > undo:
             mapping, key, old = self._undo.pop()
@@ -311,8 +316,9 @@ class Store:
         self._pending.extend(entries)
         note = ""
         if refused:
+            names = ", ".join(map(repr, refused[:3])) + (", ..." if len(refused) > 3 else "")
             note = (f"run {run} has {MAX_METRICS_PER_RUN} metrics, the most a run may have: {len(refused)} new "
-                    f"metric{'s' if len(refused) > 1 else ''} not stored ({', '.join(map(repr, refused[:3]))}{', ...' if len(refused) > 3 else ''})")
+                    f"metric{'s' if len(refused) > 1 else ''} not stored ({names})")
             entries.append(self.event(run, "refused", {"rank": rank, "metrics": len(refused), "first": refused[:10],
                                                        "detail": note}))
         self._advance(key, last)

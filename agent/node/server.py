@@ -24,9 +24,11 @@ import zmq
 from pilothouse.db import private_dir
 from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.command_desk import CommandDesk
+from pilothouse.node.disk_space import REMIND_EVERY, DiskSpace, is_disk_full
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.journal import Store
 from pilothouse.node.liveness import HELLO, Liveness, Session, Sessions
+from pilothouse.node.recover import corrupt_message, is_corrupt
 from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
@@ -89,6 +91,8 @@ class Agent:
                 self.remote.sock.bind(self.remote.url)
             self.sock.bind(self.bind)  # before touching the data dir: a busy port leaves nothing behind
             private_dir(self.data_dir)
+            self.space = DiskSpace(self.data_dir)
+            self.damaged: str | None = None  # set when a read or write meets a damaged journal page
             self.store = Store(self.data_dir / "journal.sqlite")
         except BaseException:
             self._close_sockets()
@@ -100,7 +104,7 @@ class Agent:
         self.bad_frames = 0
         self.internal_errors = 0
         self._acks: dict[tuple[bytes, str, int], int] = {}
-        self._replies: list[tuple[bytes, dict]] = []  # sent once the turn's writes are committed
+        self._replies: list[tuple[bytes, dict, bool]] = []  # sent once the turn's writes are committed
         self._stop = threading.Event()
         self.feed = ReaderFeed(self.store, self._send, reader_timeout)
         self._system_run = self._register_system_run()
@@ -177,12 +181,15 @@ class Agent:
         """Copy the WAL back into the database on a thread of its own connection: SQLite
         releases the GIL, so this runs on another core instead of stalling the loop's commits."""
         con = sqlite3.connect(self.store.path, timeout=5)
+        logged = -REMIND_EVERY
         try:
             while not self._stop.wait(interval):
                 try:
                     con.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except sqlite3.Error as exc:
-                    log.warning("WAL checkpoint failed: %s", exc)
+                except sqlite3.Error as exc:  # a full disk: said once a minute, not every second
+                    if time.monotonic() - logged >= REMIND_EVERY:
+                        logged = time.monotonic()
+                        log.warning("WAL checkpoint failed: %s", exc)
             con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             con.close()
@@ -195,6 +202,8 @@ class Agent:
         self.store.begin()
         yield
         entries = self.store.commit()
+        if entries:
+            self.space.stored()
         self._send_replies()
         self.feed.feed(head_before, entries)
 
@@ -204,13 +213,11 @@ class Agent:
             self.commands.expire()
 
     def _timer(self, job: Callable[[], None]) -> None:
-        """A failing timer job is logged and retried next tick; it never stops the agent."""
+        """A failing timer job is undone and retried next tick; it never stops the agent."""
         try:
             job()
-        except Exception:
-            log.exception("%s failed", job.__name__)
-            self.store.rollback()
-            self._replies.clear()
+        except Exception as exc:
+            self._unstored(exc, job.__name__)
 
     # --- one turn -------------------------------------------------------------------------
 
@@ -220,23 +227,53 @@ class Agent:
         try:
             self._drain()
             entries = self.store.commit()
-        except Exception:
-            log.exception("unexpected error; this turn's writes are rolled back")
-            self.store.rollback()
-            self._acks.clear()
-            self._replies.clear()
+        except Exception as exc:
+            self._unstored(exc, "turn")
             return
+        if entries:
+            self.space.stored()
         for (ident, run, rank), seq in self._acks.items():
             self._send(ident, message("ack", run=run, rank=rank, seq=seq))
         self._acks.clear()
         self._send_replies()
         self.feed.feed(head_before, entries)
 
+    def _unstored(self, exc: Exception, what: str) -> None:
+        """A commit failed (a full disk, or worse): undo it all; what only read is still answered,
+        every write is refused with the reason, and trainers are told their records were not kept."""
+        self.store.rollback()
+        if is_disk_full(exc) or is_corrupt(exc):
+            why = self._storage_failed(exc, len(self._acks) + sum(wrote for _, _, wrote in self._replies))
+        else:
+            self._failed(what, exc)
+            why = f"the agent could not store this ({type(exc).__name__}); nothing of it was kept"
+        replies, self._replies = self._replies, []
+        for ident, run, rank in self._acks:
+            self._reply(ident, message("err", id=None, msg=f"{why}; run {run} rank {rank}: the trainer keeps "
+                                                            "these records and sends them again"))
+        self._acks.clear()
+        for ident, msg, wrote in replies:
+            if not wrote:
+                self._replies.append((ident, msg, False))
+            elif msg["t"] in ("r", "err", "welcome"):  # a write's answer; commands forwarded to trainers are dropped
+                self._reply(ident, message("err", id=msg.get("id"), msg=why))
+        self.commands.forget_unstored(why)
+        self._send_replies()
+
+    def _storage_failed(self, exc: Exception, writes: int = 1) -> str:
+        """A full disk or a damaged journal: the text to answer with; logged once, not per message."""
+        if is_disk_full(exc):
+            return self.space.failed(writes)
+        if self.damaged is None:
+            self.damaged = corrupt_message(self.store.path)
+            log.error("%s", self.damaged)
+        return self.damaged
+
     def _reply(self, ident: bytes, msg: dict) -> None:
-        self._replies.append((ident, msg))
+        self._replies.append((ident, msg, True))  # True: depends on this turn's writes (see _handle)
 
     def _send_replies(self) -> None:
-        for ident, msg in self._replies:
+        for ident, msg, _ in self._replies:
             self._send(ident, msg)
         self._replies.clear()
 
@@ -279,12 +316,17 @@ class Agent:
             if mark is not None:
                 self.store.undo(mark)
             del self._replies[replies:]
+            if is_disk_full(exc) or is_corrupt(exc):
+                self._reply(ident, message("err", id=msg.get("id"), msg=self._storage_failed(exc)))
+                return
             if not isinstance(exc, ProtocolError):
-                self._failed(msg, exc)
+                self._failed(msg["t"], exc)
                 exc = ProtocolError(f"the agent could not handle this {msg['t']!r} message ({type(exc).__name__}); "
                                     "nothing of it was kept")
             self._bad_input(ident, str(exc), exc.req_id if isinstance(exc, Refused) else None)
         else:
+            if mark is None or not self.store.wrote_since(mark):
+                self._replies[replies:] = [(i, m, False) for i, m, _ in self._replies[replies:]]
             if mark is not None:
                 self.store.release()
 
@@ -304,14 +346,14 @@ class Agent:
                                 "agent's loopback address")
         return msg
 
-    def _failed(self, msg: dict, exc: Exception) -> None:
-        """An unexpected error in one message: the first is logged with its traceback, later ones counted."""
+    def _failed(self, what: str, exc: Exception) -> None:
+        """An unexpected error (in a message, a turn, a timer): the first is logged with its traceback,
+        later ones counted."""
         self.internal_errors += 1
         if self.internal_errors == 1:
-            log.error("a %r message failed and was undone", msg["t"], exc_info=exc)
+            log.error("%r failed and was undone", what, exc_info=exc)
         elif self.internal_errors % 1000 == 0:
-            log.error("%d messages failed and were undone so far; last: %r (%s)", self.internal_errors, msg["t"],
-                      type(exc).__name__)
+            log.error("%d failures undone so far; last: %r (%s)", self.internal_errors, what, type(exc).__name__)
 
     def _bad_input(self, ident: bytes, text: str, req_id: int | None = None) -> None:
         self.bad_frames += 1
@@ -520,7 +562,7 @@ class Agent:
         return {"version": __version__, "host": self.host, "head": self.store.head, "pid": os.getpid(),
                 "journal": self.store.journal_id,
                 "gpus": self.sampler.gpu_count, "bad_frames": self.bad_frames,
-                "internal_errors": self.internal_errors}
+                "internal_errors": self.internal_errors, "disk_full": self.space.state, "damaged": self.damaged}
 
     def _op_runs(self, args: dict) -> list[dict]:
         rows = self.store.runs()

@@ -442,6 +442,8 @@ def _health_text(h: Health) -> str:
     mark = {"connected": "●", "reconnecting": "◌", "connecting": "◌"}.get(h.state, "○")
     lag = f" {h.lag * 1000:.0f} ms lag" if h.lag is not None and h.state == "connected" else ""
     problem = f" · {h.error}" if h.error and h.state != "connected" else ""  # e.g. a refused key: what to run
+    if h.warning:
+        problem += f" · ⚠ {h.warning}"
     return f"{h.url} {mark} {h.state}{lag} · {h.points_per_s:,.0f} pts/s{problem}"
 
 
