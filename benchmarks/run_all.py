@@ -8,6 +8,7 @@ from __future__ import annotations
 import bench_alerts
 import bench_app
 import bench_chart
+import bench_hostile
 import bench_load
 import bench_log
 import bench_store
@@ -19,7 +20,7 @@ def main() -> bool:
     """True if every benchmark's own check (delivery, zero loss) passed."""
     ok = True
     for bench in (bench_log, bench_throughput, bench_store, bench_sync, bench_chart, bench_app, bench_load,
-                  bench_alerts):
+                  bench_alerts, bench_hostile):
         print(f"\n=== {bench.__name__} ===\n", flush=True)
         ok = bench.passed(bench.main([])) and ok
     return ok

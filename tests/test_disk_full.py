@@ -14,6 +14,13 @@ from conftest import AgentProcess, free_port, run_cli, wait_until
 
 import pilothouse as ph
 from pilothouse.client import AgentError, Client
+from pilothouse.gui.network import AgentLink
+
+
+def _health_text(health) -> str:
+    from pilothouse.gui._qt.app import _health_text as text  # the status bar's line, Qt only on import
+
+    return text(health)
 
 
 def _fill(path: Path) -> None:
@@ -70,6 +77,13 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_loses_nothing_once_space_ret
         assert "stays queued" not in paused.stderr
         with Client(proc.url, timeout=10) as client, pytest.raises(AgentError, match="disk full:"):
             client.add_alert({"name": "r", "kind": "nonfinite", "metric": "metric_00"})
+        link = AgentLink(proc.url, small_disk.parent / "app.sqlite", runs_every=0.2)  # the app's reader
+        link.start()
+        try:
+            wait_until(lambda: link.health().warning.startswith("disk full: "), what="the app's status")
+            assert "⚠ disk full: " in _health_text(link.health())
+        finally:
+            link.stop()
 
         filler.unlink()
         assert run.flush(60), run.stats
