@@ -47,6 +47,7 @@ from pilothouse.wire.urls import check_url, is_loopback
 
 log = logging.getLogger("pilothouse.agent")
 
+RCVHWM = 16
 TURN_MESSAGES = 2000  # bound one turn so acks and readers are never starved
 TURN_SECONDS = 0.05
 LOCAL, REMOTE = b"L", b"R"  # peer tags: which socket a routing id belongs to
@@ -595,7 +596,9 @@ def _tune(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 10_000)
-    sock.setsockopt(zmq.RCVHWM, 10_000)
+    # messages queued per connection before ZeroMQ stops reading it: with frames of up to
+    # MAX_INBOUND_BYTES this bounds what a peer sending faster than the agent decodes can queue
+    sock.setsockopt(zmq.RCVHWM, RCVHWM)
     sock.setsockopt(zmq.IPV6, 1)
 
 
