@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -127,6 +128,31 @@ def test_scheduled_change_applies_at_its_step(trainer, agent_proc):
     finish(proc)
     steps, vals, _ = client.series(run_id, "kl_coef")
     assert set(vals[steps < at]) == {0.05} and set(vals[steps >= at]) == {0.2}
+
+
+def test_a_change_for_a_past_step_is_refused_with_the_current_step(trainer, agent_proc):
+    """--at-step 5 on a run at step 767 was applied at once, silently."""
+    proc, run_id, client = trainer
+    wait_until(lambda: (_run(client, run_id)["last_step"] or 0) >= 20, what="the run past step 20")
+    now = _run(client, run_id)["last_step"]
+    out = cli("set", run_id, "kl_coef=0.3", "--at-step", "5", "--agent", agent_proc.url)
+    said = re.search(r"--at-step 5 is in the past: the run is at step (\d+)", out.stderr)
+    assert out.returncode == 1 and said and int(said[1]) >= now, out.stderr
+    client.command(run_id, "stop")
+    finish(proc)
+    assert set(client.series(run_id, "kl_coef")[1]) == {0.05}
+
+
+def test_a_trainer_refuses_a_past_step_the_agent_did_not_know_of():
+    """The agent checks against the last step it stored; the trainer, at its own step, checks too."""
+    from pilothouse.trainer.helm import Helm
+
+    acks = []
+    helm = Helm({"lr": 0.1}, {"lr": {"type": "float", "above": 0}}, acks.append, lambda *a: None)
+    ctl = helm.apply([{"cid": "c1", "cmd": "set", "values": {"lr": 0.5}, "at_step": 3}], 10)
+    assert not ctl.changes and helm.config["lr"] == 0.1
+    assert [(a["state"], a["step"], a["detail"]) for a in acks] == \
+        [("rejected", 10, "--at-step 3 is in the past: the run is at step 10")]
 
 
 def test_stop_ends_the_loop_and_later_commands_fail_clearly(trainer, agent_proc):

@@ -16,8 +16,9 @@ CONFIG = {"lr": 1e-5, "kl_coef": 0.05, "group_size": 8, "use_kl": True, "mode": 
 
 def test_every_scalar_is_tunable_by_default_with_its_type():
     schema = build_schema(CONFIG)
-    assert schema == {"lr": {"type": "float"}, "kl_coef": {"type": "float"}, "group_size": {"type": "int"},
-                      "use_kl": {"type": "bool"}, "mode": {"type": "str"}}  # nested values stay frozen
+    assert schema == {"lr": {"type": "float", "above": 0}, "kl_coef": {"type": "float", "min": 0},
+                      "group_size": {"type": "int"}, "use_kl": {"type": "bool"},
+                      "mode": {"type": "str"}}  # nested values stay frozen; lr and kl_coef get safe ranges
     assert validate_changes(schema, {"lr": 3, "group_size": 16}) == {"lr": 3.0, "group_size": 16}
     assert type(validate_changes(schema, {"lr": 3})["lr"]) is float  # a float accepts an int
 
@@ -48,6 +49,43 @@ def test_tunable_restricts_and_bounds_and_frozen_excludes():
     with pytest.raises(ValueError, match="not a tunable hyperparameter"):
         validate_changes(schema, {"kl_coef": 0.1})
     assert "lr" not in build_schema(CONFIG, frozen=["lr"])
+
+
+TRL_LIKE = {"learning_rate": 1e-6, "temperature": 1.0, "beta": 0.04, "epsilon": 0.2, "top_p": 1.0,
+            "per_device_train_batch_size": 8, "max_completion_length": 256, "weight_decay": 0.0,
+            "max_grad_norm": 1.0, "seed": 42, "optim/lr": 3e-4, "critic/lr": 0.0}
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"learning_rate": -1}, "learning_rate=-1.0 must be greater than 0"),
+    ({"learning_rate": 0}, "must be greater than 0"),
+    ({"optim/lr": -1e-3}, "must be greater than 0"),  # the last part of a nested name counts
+    ({"temperature": 0}, "temperature=0.0 must be greater than 0"),
+    ({"beta": -0.1}, r"beta=-0.1 is out of range \[0, inf\]"),
+    ({"epsilon": 0}, "must be greater than 0"),
+    ({"top_p": 1.5}, r"out of range \[-inf, 1\]"),
+    ({"per_device_train_batch_size": 0}, r"out of range \[1, inf\]"),
+    ({"max_completion_length": -3}, "out of range"),
+    ({"weight_decay": -0.01}, "out of range"),
+    ({"max_grad_norm": -1}, "out of range"),
+])
+def test_well_known_hyperparameters_get_safe_ranges(changes, why):
+    with pytest.raises(ValueError, match=why):
+        validate_changes(build_schema(TRL_LIKE), changes)
+
+
+def test_safe_ranges_leave_good_values_the_users_own_bounds_and_odd_starts_alone():
+    schema = build_schema(TRL_LIKE)
+    good = {"learning_rate": 5e-4, "temperature": 0.3, "beta": 0.0, "epsilon": 0.1, "top_p": 0.9,
+            "per_device_train_batch_size": 16, "weight_decay": 0.1, "seed": -5}
+    assert validate_changes(schema, good) == {**good, "seed": -5}
+    assert "min" not in schema["seed"] and "above" not in schema["critic/lr"]  # 0.0 to start: no default
+    own = build_schema(TRL_LIKE, tunable={"beta": {"min": -1.0}, "learning_rate": None})
+    assert validate_changes(own, {"beta": -0.5}) == {"beta": -0.5}  # the user's range replaces the default
+    with pytest.raises(ValueError, match="greater than 0"):
+        validate_changes(own, {"learning_rate": -1})
+    assert validate_changes(build_schema(TRL_LIKE, tunable={"learning_rate": {"above": -1.0}}),
+                            {"learning_rate": -0.5}) == {"learning_rate": -0.5}
 
 
 @pytest.mark.parametrize("kwargs, why", [

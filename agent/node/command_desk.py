@@ -19,7 +19,7 @@ from pilothouse.node.journal import Store
 from pilothouse.node.liveness import Liveness
 from pilothouse.wire.checks import check_command_id, check_int, query_arg
 from pilothouse.wire.messages import ACK_STATES, COMMANDS, message
-from pilothouse.wire.tuning import validate_changes
+from pilothouse.wire.tuning import past_step, validate_changes
 
 Reply = Callable[[bytes, dict], None]  # queue a message to a peer; sent once the turn commits
 
@@ -149,6 +149,8 @@ class CommandDesk:
             return f"run {run} is {status}: only a running run can be steered"
         if at_step is not None and cmd != "set":
             return "--at-step applies to set only"
+        if at_step is not None and row["last_step"] is not None and at_step < row["last_step"]:
+            return past_step(at_step, row["last_step"])
         if cmd == "set":
             _, schema = self.store.config_and_schema(run)
             try:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pilothouse.wire.tuning import validate_changes
+from pilothouse.wire.tuning import past_step, validate_changes
 
 Ack = Callable[[dict[str, Any]], None]
 
@@ -92,7 +92,9 @@ class Helm:
                 self.ack(cid, str(kind), "rejected", step, f"unknown command {str(kind)[:40]!r}")
             else:
                 at = cmd.get("at_step")
-                if at is not None and at > step:
+                if at is not None and at < step:
+                    self.ack(cid, kind, "rejected", step, past_step(at, step))
+                elif at is not None and at > step:
                     self.scheduled.append((at, cmd))
                     self.ack(cid, kind, "scheduled", step, f"scheduled for step {at}")
                 else:

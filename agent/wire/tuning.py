@@ -4,19 +4,36 @@ The schema travels in the trainer's hello, so the agent rejects a bad change bef
 reaches the trainer; the trainer checks again with the same code.  Every top-level
 scalar of ``config`` is tunable with its type kept (an int stays an int, a float also
 accepts an int), unless ``tunable=`` names the tunable keys (with min/max/choices) or
-``frozen=`` excludes some.
+``frozen=`` excludes some.  Well-known hyperparameters get a safe range when ``tunable=``
+declares none for them (``SAFE_RANGES``): a learning rate of -1 is gradient ascent, not a tweak.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pilothouse.wire.checks import INT64_MAX
 
 _TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
-_SPEC_KEYS = {"min", "max", "choices"}
+_SPEC_KEYS = {"min", "max", "above", "choices"}  # above: an exclusive lower bound
+
+# (name pattern, bounds) for keys with no declared range, matched on the last dotted/slashed part
+# of the name; the first match wins.  A starting value outside its range keeps the key unbounded
+# (the user's config is theirs), so init never fails on a default.
+SAFE_RANGES: tuple[tuple[re.Pattern, dict[str, float]], ...] = tuple((re.compile(p, re.IGNORECASE), b) for p, b in (
+    (r"(^|_)(lr|learning_rate)$", {"above": 0}),
+    (r"temperature$", {"above": 0}),
+    (r"(^|_)(beta|kl_coef|kl_coeff|init_kl_coef|kl_penalty|entropy_coef|ent_coef|entropy_coeff|vf_coef)$",
+     {"min": 0}),
+    (r"(^|_)(epsilon|epsilon_low|epsilon_high|clip_range|cliprange|clip_eps|clip_ratio|clip_range_vf)$",
+     {"above": 0}),
+    (r"(^|_)(top_p)$", {"above": 0, "max": 1}),
+    (r"(^|_)(weight_decay|max_grad_norm|warmup_ratio)$", {"min": 0}),
+    (r"(batch_size|_steps|^steps|num_generations|epochs|_tokens|_length|_len)$", {"min": 1}),
+))
 
 
 def build_schema(config: Mapping[str, Any], tunable: Mapping[str, Mapping[str, Any] | None] | None = None,
@@ -37,7 +54,9 @@ def build_schema(config: Mapping[str, Any], tunable: Mapping[str, Mapping[str, A
         extra = dict((tunable or {}).get(key) or {})
         if set(extra) - _SPEC_KEYS:
             raise ValueError(f"tunable[{key!r}] accepts only {sorted(_SPEC_KEYS)}, got {sorted(extra)}")
-        for bound in ("min", "max"):
+        if kind in ("int", "float") and not set(extra) & {"min", "max", "above", "choices"}:
+            extra = _safe_range(key, value, kind)
+        for bound in ("min", "max", "above"):
             if bound in extra:
                 if kind not in ("int", "float") or not _is_number(extra[bound]):
                     raise ValueError(f"tunable[{key!r}][{bound!r}] needs a numeric hyperparameter and a number")
@@ -49,6 +68,18 @@ def build_schema(config: Mapping[str, Any], tunable: Mapping[str, Mapping[str, A
     return schema
 
 
+def _safe_range(key: str, value: Any, kind: str) -> dict[str, float]:
+    name = re.split(r"[./]", key)[-1]
+    for pattern, bounds in SAFE_RANGES:
+        if pattern.search(name):
+            try:
+                coerce(key, value, {"type": kind, **bounds})
+            except ValueError:
+                return {}
+            return dict(bounds)
+    return {}
+
+
 def check_schema(schema: Any) -> dict[str, dict[str, Any]]:
     """The agent's check of a schema received from the wire."""
     if not isinstance(schema, dict):
@@ -56,7 +87,7 @@ def check_schema(schema: Any) -> dict[str, dict[str, Any]]:
     for key, spec in schema.items():
         if not isinstance(key, str) or not isinstance(spec, dict) or spec.get("type") not in _TYPES.values():
             raise ValueError(f"schema entry {str(key)[:40]!r} is malformed")
-        for bound in ("min", "max"):
+        for bound in ("min", "max", "above"):
             if bound in spec and not _is_number(spec[bound]):
                 raise ValueError(f"schema entry {key!r} has a non-numeric {bound}")
         if "choices" in spec and not isinstance(spec["choices"], list):
@@ -92,9 +123,16 @@ def coerce(key: str, value: Any, spec: Mapping[str, Any]) -> Any:
         raise ValueError(f"{key}={str(value)[:40]} does not fit in a 64-bit integer")
     if "min" in spec and value < spec["min"] or "max" in spec and value > spec["max"]:
         raise ValueError(f"{key}={value} is out of range [{spec.get('min', '-inf')}, {spec.get('max', 'inf')}]")
+    if "above" in spec and not value > spec["above"]:
+        raise ValueError(f"{key}={value} must be greater than {spec['above']}")
     if "choices" in spec and value not in spec["choices"]:
         raise ValueError(f"{key}={value!r} is not one of {spec['choices']}")
     return value
+
+
+def past_step(at_step: int, step: int) -> str:
+    """Why a change for a step already trained is refused (said the same by the agent and the trainer)."""
+    return f"--at-step {at_step} is in the past: the run is at step {step}"
 
 
 def _is_number(value: Any) -> bool:
