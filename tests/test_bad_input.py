@@ -788,6 +788,18 @@ def test_a_deep_hello_in_the_middle_of_a_burst_is_refused_alone(tmp_path):
         proc.stop()
 
 
+@pytest.fixture
+def victim(tmp_path):
+    """A fresh agent, a trainer run logging to it, and a raw peer to send it hostile frames."""
+    proc = AgentProcess(tmp_path / "agent", free_port()).start()
+    run = ph.init(project="hostile", name="victim", agent=proc.url, heartbeat=0.2)
+    peer = RawPeer(proc.url)
+    yield proc, run, peer
+    run.finish()
+    peer.close()
+    proc.stop()
+
+
 def _peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -802,43 +814,36 @@ def _just_under(build, fill: int) -> bytes:
     return frame
 
 
-def test_frames_full_of_tiny_objects_cannot_balloon_the_agent(tmp_path):
+def test_frames_full_of_tiny_objects_cannot_balloon_the_agent(victim):
     """A 60 MB frame of empty maps took the agent from 53 MB to 4.4 GB.  Now the frame is bounded and
     decoding stops at the first map or list past MAX_INBOUND_CONTAINERS: eight frames just under the
     bound, of each kind of tiny object, leave the agent's peak RSS far below that, and a trainer
     logging meanwhile keeps every point."""
-    proc = AgentProcess(tmp_path / "agent", free_port()).start()
-    run = ph.init(project="hostile", name="victim", agent=proc.url, heartbeat=0.2)
-    peer = RawPeer(proc.url)
-    try:
-        run.log({"loss": 0.0}, step=0)
-        assert run.flush(10)
-        base = _peak_rss_mb(proc.proc.pid)
-        frames = {
-            "empty maps": _just_under(lambda n: msgpack.packb({"t": "hb", "x": [{}] * n}), 1),
-            "nested lists": _just_under(lambda n: msgpack.packb({"t": "rec", "x": [[[]] * 1000] * (n // 1003)}), 1),
-            "two-char strings": _just_under(lambda n: msgpack.packb({"t": "rec", "run": "victim", "x": ["ab"] * n}),
-                                            3),
-            "uint16s": _just_under(lambda n: msgpack.packb({"t": "rec", "x": [40_000] * n}), 3),
-        }
-        for kind, frame in frames.items():
-            for _ in range(2):
-                reply = peer.ask(frame, timeout=20)
-                assert reply is not None and reply["t"] == "err", (kind, reply)
-            if kind in ("empty maps", "nested lists"):
-                assert f"more than {MAX_INBOUND_CONTAINERS} maps and lists" in reply["msg"]
-        for s in range(1, 101):
-            run.log({"loss": float(s)}, step=s)
-        assert run.flush(20)
-        peak = _peak_rss_mb(proc.proc.pid)
-        print(f"agent peak RSS {base:.0f} MB before, {peak:.0f} MB after 8 hostile frames")
-        assert peak - base < 32 * MAX_INBOUND_BYTES / 2 ** 20, (base, peak)  # the frame, its copy, ~20x decoded
-        assert series(proc, run.id, "loss")[0].tolist() == list(range(101))
-        assert "Traceback" not in proc.log.read_text()
-    finally:
-        run.finish()
-        peer.close()
-        proc.stop()
+    proc, run, peer = victim
+    run.log({"loss": 0.0}, step=0)
+    assert run.flush(10)
+    base = _peak_rss_mb(proc.proc.pid)
+    frames = {
+        "empty maps": _just_under(lambda n: msgpack.packb({"t": "hb", "x": [{}] * n}), 1),
+        "nested lists": _just_under(lambda n: msgpack.packb({"t": "rec", "x": [[[]] * 1000] * (n // 1003)}), 1),
+        "two-char strings": _just_under(lambda n: msgpack.packb({"t": "rec", "run": "victim", "x": ["ab"] * n}),
+                                        3),
+        "uint16s": _just_under(lambda n: msgpack.packb({"t": "rec", "x": [40_000] * n}), 3),
+    }
+    for kind, frame in frames.items():
+        for _ in range(2):
+            reply = peer.ask(frame, timeout=20)
+            assert reply is not None and reply["t"] == "err", (kind, reply)
+        if kind in ("empty maps", "nested lists"):
+            assert f"more than {MAX_INBOUND_CONTAINERS} maps and lists" in reply["msg"]
+    for s in range(1, 101):
+        run.log({"loss": float(s)}, step=s)
+    assert run.flush(20)
+    peak = _peak_rss_mb(proc.proc.pid)
+    print(f"agent peak RSS {base:.0f} MB before, {peak:.0f} MB after 8 hostile frames")
+    assert peak - base < 32 * MAX_INBOUND_BYTES / 2 ** 20, (base, peak)  # the frame, its copy, ~20x decoded
+    assert series(proc, run.id, "loss")[0].tolist() == list(range(101))
+    assert "Traceback" not in proc.log.read_text()
 
 
 def test_a_hello_past_its_bound_is_refused_and_the_trainer_api_says_why(tmp_path, api_agent):
@@ -873,26 +878,19 @@ def test_a_run_past_its_metric_limit_is_told_at_log_and_by_the_agent(api_agent):
         assert row["metrics"] == MAX_METRICS_PER_RUN and "one_more" not in row["summary"]
 
 
-def test_a_flood_of_hostile_frames_is_logged_in_lines_not_tracebacks(tmp_path):
+def test_a_flood_of_hostile_frames_is_logged_in_lines_not_tracebacks(victim):
     """200 deep hellos: the agent keeps ingesting a trainer, and its log grows by lines, not 180 KB
     of traceback each."""
-    proc = AgentProcess(tmp_path / "agent", free_port()).start()
-    run = ph.init(project="hostile", name="victim", agent=proc.url, heartbeat=0.2)
-    peer = RawPeer(proc.url)
-    try:
-        size_before = proc.log.stat().st_size
-        for i in range(200):
-            peer.send(_hello(f"flood{i}", config={"x": _nested(700)}))
-            run.log({"loss": float(i)}, step=i)
-        assert run.flush(20)
-        assert len(series(proc, run.id, "loss")[0]) == 200
-        grown = proc.log.stat().st_size - size_before
-        assert grown < 20_000, proc.log.read_text()[-2000:]
-        assert "Traceback" not in proc.log.read_text()
-    finally:
-        run.finish()
-        peer.close()
-        proc.stop()
+    proc, run, peer = victim
+    size_before = proc.log.stat().st_size
+    for i in range(200):
+        peer.send(_hello(f"flood{i}", config={"x": _nested(700)}))
+        run.log({"loss": float(i)}, step=i)
+    assert run.flush(20)
+    assert len(series(proc, run.id, "loss")[0]) == 200
+    grown = proc.log.stat().st_size - size_before
+    assert grown < 20_000, proc.log.read_text()[-2000:]
+    assert "Traceback" not in proc.log.read_text()
 
 
 # --- what reaches a terminal, a spreadsheet or a name is safe ----------------------------------------

@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
@@ -43,6 +43,17 @@ SUMMARY_METRICS = 32  # last values per run in a `runs` reply
 
 RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
                "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records")
+
+
+class Mark(NamedTuple):
+    """Where one message began: what ``undo`` restores and ``wrote_since`` compares."""
+
+    head: int
+    pending: int
+    dirty_streams: set
+    dirty_runs: dict
+    undo: int
+    changes: int  # the connection's total_changes
 
 
 @dataclass
@@ -159,26 +170,27 @@ class Store:
     def _load_streams(self) -> dict[Stream, int]:
         return {(r, k, s): n for r, k, s, n in self.db.execute("SELECT run, rank, session, max_seq FROM streams")}
 
-    def mark(self) -> tuple:
+    def mark(self) -> Mark:
         """A savepoint, in SQLite and in memory: one message's writes can be undone alone."""
         self.db.execute("SAVEPOINT message")
-        return (self.head, len(self._pending), set(self._dirty_streams), dict(self._dirty_runs), len(self._undo),
-                self.db.conn.total_changes)
+        return Mark(self.head, len(self._pending), set(self._dirty_streams), dict(self._dirty_runs), len(self._undo),
+                    self.db.conn.total_changes)
 
-    def wrote_since(self, mark: tuple) -> bool:
+    def wrote_since(self, mark: Mark) -> bool:
         """Whether anything was written, or gathered to write at commit, after ``mark``."""
-        return (self.db.conn.total_changes, len(self._pending), len(self._undo)) != (mark[5], mark[1], mark[4])
+        return (self.db.conn.total_changes, len(self._pending), len(self._undo)) != \
+            (mark.changes, mark.pending, mark.undo)
 
     def release(self) -> None:
         self.db.execute("RELEASE message")
 
-    def undo(self, mark: tuple) -> None:
+    def undo(self, mark: Mark) -> None:
         """Back to ``mark``: what one bad message wrote is gone, the rest of the turn stays."""
         self.db.execute("ROLLBACK TO message")
         self.db.execute("RELEASE message")
-        self.head, pending, self._dirty_streams, self._dirty_runs, undo, _ = mark
-        del self._pending[pending:]
-        while len(self._undo) > undo:
+        self.head, self._dirty_streams, self._dirty_runs = mark.head, mark.dirty_streams, mark.dirty_runs
+        del self._pending[mark.pending:]
+        while len(self._undo) > mark.undo:
             mapping, key, old = self._undo.pop()
             if old is _ABSENT:
                 mapping.pop(key, None)
@@ -278,7 +290,9 @@ class Store:
         return out
 
     def _summary(self, run: str) -> dict[str, float]:
-        last = self._last_values(run)
+        last = self.summaries.get(run)
+        if last is None:
+            last = self._last_values(run)
         return {m: last[m] for m in by_importance(last)[:SUMMARY_METRICS]}
 
     def _last_values(self, run: str) -> dict[str, float]:

@@ -202,11 +202,7 @@ class Agent:
         head_before = self.store.head
         self.store.begin()
         yield
-        entries = self.store.commit()
-        if entries:
-            self.space.stored()
-        self._send_replies()
-        self.feed.feed(head_before, entries)
+        self._committed(head_before, self.store.commit())
 
     def _alert_timer(self) -> None:
         with self._writing():
@@ -231,6 +227,10 @@ class Agent:
         except Exception as exc:
             self._unstored(exc, "turn")
             return
+        self._committed(head_before, entries)
+
+    def _committed(self, head_before: int, entries: list) -> None:
+        """After a commit: acks and replies go out, then the new entries to readers."""
         if entries:
             self.space.stored()
         for (ident, run, rank), seq in self._acks.items():

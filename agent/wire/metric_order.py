@@ -6,6 +6,7 @@ CLI's last values, the app's charts): reward-like first, then KL, loss, entropy,
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -18,6 +19,7 @@ _GROUPS = tuple(re.compile(p, re.IGNORECASE) for p in (
 ))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a `runs` reply sorts every run's names each second
 def importance(name: str) -> tuple[int, int, int, int, str]:
     """Sort key: the group a metric falls in, then less nested names, then names that start with
     the group's word (``reward`` before ``frac_reward_zero_std``), then shorter ones."""
