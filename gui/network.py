@@ -55,7 +55,7 @@ class Health:
     silent: float = 0.0  # seconds since anything was heard from the agent
     cursor: int = 0
     error: str = ""
-    warning: str = ""  # what the agent says is wrong on its side (a full disk), while connected
+    warning: str = ""  # what the agent says is wrong on its side (a full disk, a damaged journal)
 
 
 class AgentLink:
@@ -161,7 +161,8 @@ class AgentLink:
         answered = time.monotonic()
         store.put_runs(self.url, runs)
         try:
-            warning = ask.ping().get("disk_full") or ""
+            state = ask.ping()
+            warning = state.get("disk_full") or state.get("damaged") or ""
         except (AgentError, ProtocolError) as exc:
             warning = f"no state from the agent: {exc}"
         self._set(lag=answered - sent, error="", warning=str(warning))
