@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pilothouse.trainer.helm import Effect
+
 if TYPE_CHECKING:
     import torch
 
@@ -44,11 +46,13 @@ def bind_optimizer(run: Run, optimizer: torch.optim.Optimizer, scheduler: Any = 
         raise KeyError(f"not hyperparameters of this optimizer's param groups: {unknown}")
     scheduler = getattr(scheduler, "scheduler", scheduler)
 
-    def follow(changes: Mapping[str, Any]) -> dict[str, Any] | None:
-        return _apply(optimizer, scheduler, {k: v for k, v in changes.items() if k in keys}, keys) or None
+    def follow(changes: Mapping[str, Any]) -> dict[str, Any]:
+        now = _apply(optimizer, scheduler, changes, keys)
+        return {k: Effect(v, f"base {changes[k]:g}; with the schedule, {v:.3g} at this step")
+                if keys[k] == "lr" and v != changes[k] else v for k, v in now.items()}
 
     _apply(optimizer, scheduler, {k: v for k, v in run.config.items() if k in keys}, keys)
-    run.on_change(follow)
+    run.on_change(follow, keys)
 
 
 def _apply(optimizer: Any, scheduler: Any, values: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, Any]:

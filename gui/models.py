@@ -15,7 +15,6 @@ RunKey = tuple[str, str]  # (agent URL, run id): run ids are only unique per age
 
 # Lower sorts first: what needs a human goes to the top.
 SEVERITY = {"crashed": 0, "stale": 0, "running": 1, "paused": 2, "finished": 3}
-KEY_METRICS = ("reward/mean", "reward", "loss")  # the first one a run has is shown in its row
 
 
 @dataclass(frozen=True)
@@ -42,10 +41,11 @@ class RunRow:
         return f"{self.project}/{self.name}"
 
     @classmethod
-    def from_run(cls, run: dict, agent: str | None = None, key_metrics: Iterable[str] = KEY_METRICS) -> "RunRow":
-        """A row from a run dict of ``Client.runs()`` or ``LocalStore.runs()`` (which adds ``agent``)."""
+    def from_run(cls, run: dict, agent: str | None = None) -> "RunRow":
+        """A row from a run dict of ``Client.runs()`` or ``LocalStore.runs()`` (which adds ``agent``).
+        Its key metric is the agent's ``key``: the CLI and every app show the same headline."""
         summary = run.get("summary") or {}
-        metric = next((m for m in key_metrics if m in summary), None)
+        metric = run["key"] if isinstance(run.get("key"), str) else None
         return cls(agent=agent if agent is not None else run.get("agent", ""), run_id=run["id"],
                    project=run.get("project") or "", name=run.get("name") or "",
                    status=run.get("status") or "", step=run.get("last_step"), key_metric=metric,

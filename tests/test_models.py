@@ -10,7 +10,7 @@ from pilothouse.gui.models import RunRow, RunsModel, config_diff, metric_groups
 def run(agent: str, id: str, status: str, name: str = "", created: float = 0.0, **extra) -> dict:
     return {"agent": agent, "id": id, "project": "grpo", "name": name or id, "kind": "train", "status": status,
             "host": f"{agent}-host", "last_step": 7, "created": created, "lost_records": 0,
-            "summary": {"reward/mean": 0.5, "loss": 1.0}, **extra}
+            "summary": {"reward/mean": 0.5, "loss": 1.0}, "key": "reward/mean", **extra}
 
 
 def model() -> RunsModel:
@@ -30,7 +30,15 @@ def test_row_from_run_dict():
     row = RunRow.from_run(run("a", "r1", "running", lost_records=3))
     assert (row.key, row.title, row.step, row.key_metric, row.key_value, row.lost_records) == \
         (("a", "r1"), "grpo/r1", 7, "reward/mean", 0.5, 3)
-    assert RunRow.from_run({"id": "x", "summary": {"loss": 2.0}}, agent="z").key_metric == "loss"
+    assert RunRow.from_run({"id": "x", "summary": {"loss": 2.0}, "key": "loss"}, agent="z").key_metric == "loss"
+
+
+def test_row_shows_the_agents_key_metric_not_one_of_its_own():
+    """The agent decides the headline (a project's choice, or automatic): the row takes it as is."""
+    row = RunRow.from_run(run("a", "r1", "running", key="loss"))
+    assert (row.key_metric, row.key_value) == ("loss", 1.0)
+    assert RunRow.from_run(run("a", "r1", "running", key=None)).key_metric is None  # a run with no metrics
+    assert RunRow.from_run(run("a", "r1", "running", key=["bad"])).key_metric is None  # not a name: no headline
 
 
 def test_filter_matches_project_name_id_and_host():

@@ -62,9 +62,10 @@ def test_pause_holds_the_step_and_resume_releases_it(trainer, agent_proc):
     out = cli("pause", "loop", "--agent", agent_proc.url)
     assert out.returncode == 0, out.stderr
     paused_at = int(out.stdout.split("paused at step ")[1].split()[0])
+    assert _run(client, run_id)["last_step"] == paused_at  # the answer and the run's step agree at once
     time.sleep(4)  # longer than --stale-after 3: heartbeats must keep the run "paused", not "stale"
     row = _run(client, run_id)
-    assert row["status"] == "paused" and row["last_step"] == paused_at - 1
+    assert row["status"] == "paused" and row["last_step"] == paused_at
     out = cli("resume", run_id, "--agent", agent_proc.url)
     assert out.returncode == 0 and f"resumed at step {paused_at}" in out.stdout
     wait_until(lambda: _run(client, run_id)["last_step"] > paused_at + 5, what="steps after resume")

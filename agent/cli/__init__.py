@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from pilothouse.cli import alerts, app, keys, read, serve, steer
+from pilothouse.cli import alerts, app, key_metric, keys, read, serve, steer
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Command, positive
 from pilothouse.client import AgentError
 from pilothouse.security import ENV_KEYS, SecurityError
@@ -56,5 +56,6 @@ def _parser() -> argparse.ArgumentParser:
     steer.add_parsers(reader)
     keys.add_parser(sub, keys_arg)
     alerts.add_parser(reader)
+    key_metric.add_parser(reader)
     app.add_parsers(sub)
     return p

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from pilothouse.client import Client
 from pilothouse.security import Keyring
+from pilothouse.wire.checks import normal_name
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -29,3 +30,14 @@ def positive(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
     return value
+
+
+def name_arg(what: str) -> Callable[[str], str]:
+    """argparse type for a project or metric name: checked (and put in NFC) as a trainer checks it,
+    so a name no run could log is a usage error here and never reaches the agent."""
+    def check(text: str) -> str:
+        try:
+            return normal_name(text, what)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return check

@@ -12,7 +12,7 @@ from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, entry_body
 
 
 def add_parsers(reader: Reader) -> None:
-    r = reader("runs", "list runs with status, step and last values", cmd_runs)
+    r = reader("runs", "list runs with status, step, key metric and last values", cmd_runs)
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.add_argument("--all", action="store_true", help="include the agent's host/GPU sampling runs")
 
@@ -46,13 +46,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no runs yet on {args.agent}: add `run = pilothouse.init(project=..., name=...)` to a training script")
         return 0
-    rows = [("ID", "RUN", "STATUS", "STEP", "HOST", "LOST", "ALERTS", "LAST VALUES")]
+    rows = [("ID", "RUN", "STATUS", "STEP", "HOST", "LOST", "ALERTS", "KEY", "LAST VALUES")]
     for r in runs:
         lost = max(r["dropped_records"] or 0, r["lost_records"] or 0)
-        values = "  ".join(f"{k}={fmt_value(v)}" for k, v in list(r["summary"].items())[:4])
+        key, summary = r["key"], r["summary"]  # the agent decides the key: a project's choice, or automatic
+        headline = f"{key}={fmt_value(summary[key])}" if key in summary else "-"
+        values = "  ".join(f"{k}={fmt_value(v)}" for k, v in [kv for kv in summary.items() if kv[0] != key][:3])
         rows.append(tuple(map(printable, (r["id"], f"{r['project']}/{r['name']}", r["status"],
                      "-" if r["last_step"] is None else str(r["last_step"]), r["host"] or "-",
-                     f"{lost} rec" if lost else "0", ",".join(r.get("alerts") or []) or "-", values))))
+                     f"{lost} rec" if lost else "0", ",".join(r.get("alerts") or []) or "-", headline, values))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])

@@ -78,10 +78,11 @@ class CommandDesk:
         if row["state"] == "scheduled" and msg["state"] == "scheduled":
             return
         self.store.answer_command(cid, msg["state"], msg["step"], msg["detail"], msg["applied"], now)
+        self.store.note_step(run, msg["step"])  # "paused at step S" and the run's step agree at once
         self.store.event(run, "ack", answer)
         if msg["state"] == "applied":
             if msg["cmd"] == "set":
-                self.store.update_config(run, msg["applied"])
+                self.store.update_config(run, msg.get("config", {}))
             elif msg["cmd"] in ("pause", "resume"):
                 self.liveness.set_status(run, "paused" if msg["cmd"] == "pause" else "running", now,
                                          f"{msg['cmd']} command {cid}")

@@ -24,7 +24,7 @@ from pilothouse.db import open_db
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, Entry, join_chunks, unpack_blob
 from pilothouse.wire.messages import MAX_PAGE_POINTS, ProtocolError, pack
-from pilothouse.wire.metric_order import by_importance
+from pilothouse.wire.metric_order import by_importance, key_metric
 from pilothouse.wire.records import (
     MAX_METRICS_PER_RUN,
     REC_CHECKPOINT,
@@ -100,6 +100,9 @@ class Store:
                  for metric, value in (unpack_blob(blob) or {}).items()), replace=True)
             db["runs"].transform(drop={"summary"})
         db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+        # a project's chosen headline metric: kept here so every client of this agent shows the same
+        db["key_metrics"].create({"project": str, "metric": str, "updated": float}, pk="project",
+                                 if_not_exists=True)
         db["commands"].create({
             "cid": str, "run": str, "cmd": str, "args": bytes, "who": bytes, "sent": float, "state": str,
             "step": int, "detail": str, "applied": bytes, "updated": float,
@@ -141,7 +144,7 @@ class Store:
                 [(*key, self.max_seq[key]) for key in self._dirty_streams])
             self._dirty_streams.clear()
         if self._dirty_runs:
-            self.db.conn.executemany("UPDATE runs SET last_step=? WHERE id=?",
+            self.db.conn.executemany("UPDATE runs SET last_step=MAX(COALESCE(last_step, -1), ?) WHERE id=?",
                                      [(step, run) for run, step in self._dirty_runs.items()])
             self._dirty_runs.clear()
         if self._dirty_last:
@@ -220,10 +223,13 @@ class Store:
                  0, 0, 0, pack(hello["config"]), pack(hello.get("schema", {}))])
             self.event(run_id, "status", {"status": "running", "host": hello["host"], "pid": hello["pid"]})
         elif hello.get("rank", 0) == 0:  # the run's process, as far as liveness goes, is rank 0's
-            self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=?, schema=? WHERE id=?",
-                            [hello["host"], hello["pid"], hello.get("pid_started"), now,
-                             pack(hello.get("schema", {})), run_id])
+            config, _ = self.config_and_schema(run_id)  # the process's own settings win; steered ones stay
+            self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=?, config=?, schema=? "
+                            "WHERE id=?", [hello["host"], hello["pid"], hello.get("pid_started"), now,
+                             pack({**config, **hello["config"]}), pack(hello.get("schema", {})), run_id])
             if (row[1], row[2]) != (hello["pid"], hello.get("pid_started")):
+                self.db.execute("UPDATE runs SET last_step=NULL WHERE id=?", [run_id])  # counts from the resume
+                self._dirty_runs.pop(run_id, None)
                 return row[0]
         return None
 
@@ -276,24 +282,57 @@ class Store:
                         "dropped_points=MAX(dropped_points, ?) WHERE id=?",
                         [now, dropped_records, dropped_points, run_id])
 
+    def note_step(self, run: str, step: int) -> None:
+        """The run's step: the furthest its process logged, synced or acknowledged at (never back,
+        except when another process resumes the run)."""
+        self._dirty_runs[run] = max(step, self._dirty_runs.get(run, step))
+
     def runs(self) -> list[dict]:
-        """Every run, with ``metrics`` (how many it has) and the last values of its SUMMARY_METRICS
-        most important ones: the reply stays small however many metrics a run logs."""
+        """Every run, with ``metrics`` (how many it has), the last values of its SUMMARY_METRICS
+        most important ones (the reply stays small however many metrics a run logs) and ``key``, its
+        headline metric (see ``key_metric``), decided here once so that no client decides it again."""
         counts = dict(self.db.execute("SELECT run, COUNT(*) FROM last_values GROUP BY run"))
+        chosen = self.key_choices()
         out = []
         for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, schema FROM runs ORDER BY created"):
             row["config"] = unpack_blob(row["config"])
             row["schema"] = unpack_blob(row["schema"]) or {}
             row["metrics"] = counts.get(row["id"], 0)
-            row["summary"] = self._summary(row["id"])
+            row["key"], row["summary"] = self._summary(row["id"], chosen.get(row["project"]))
             out.append(row)
         return out
 
-    def _summary(self, run: str) -> dict[str, float]:
+    def _summary(self, run: str, preferred: str | None = None) -> tuple[str | None, dict[str, float]]:
+        """(the key metric, the summary): the key is always in it, even when less important."""
         last = self.summaries.get(run)
         if last is None:
             last = self._last_values(run)
-        return {m: last[m] for m in by_importance(last)[:SUMMARY_METRICS]}
+        key = key_metric(last, preferred)
+        names = by_importance(last)[:SUMMARY_METRICS]
+        if key is not None and key not in names:
+            names[-1] = key
+        return key, {m: last[m] for m in names}
+
+    # --- key metrics: a project's headline, chosen by the user ----------------------------
+
+    def key_choices(self) -> dict[str, str]:
+        """project -> the metric chosen for it; a project not in it picks automatically."""
+        return dict(self.db.execute("SELECT project, metric FROM key_metrics"))
+
+    def set_key_choice(self, project: str, metric: str | None, now: float) -> None:
+        """Choose ``project``'s key metric, or with None go back to the automatic choice.  A project
+        with no runs yet may be set: its first runs then show the choice."""
+        if metric is None:
+            self.db.execute("DELETE FROM key_metrics WHERE project=?", [project])
+        else:
+            self.db.execute("INSERT OR REPLACE INTO key_metrics VALUES (?,?,?)", [project, metric, now])
+
+    def project_logging(self, project: str, metric: str) -> tuple[int, int]:
+        """(runs of ``project``, those of them that log ``metric``): tells a user a choice is a typo."""
+        runs, logging = self.db.execute(
+            "SELECT COUNT(*), COUNT(v.metric) FROM runs r LEFT JOIN last_values v ON v.run=r.id AND v.metric=? "
+            "WHERE r.project=?", [metric, project]).fetchone()
+        return runs, logging
 
     def _last_values(self, run: str) -> dict[str, float]:
         """Bit-exact (SQLite would store a NaN as NULL): 8 bytes per value."""
@@ -411,8 +450,7 @@ class Store:
                             None, None, None, pack({"step": step, "time": wall_time, "rows": rows})))
         entries.extend((run, KIND_EVENT, None, rank, 0, None, None, None, body) for body in notes)
         if columns or rollouts:
-            last_step = max([int(c.steps[-1]) for c in columns] + [r[0] for r in rollouts[-1:]])
-            self._dirty_runs[run] = max(last_step, self._dirty_runs.get(run, last_step))
+            self.note_step(run, max([int(c.steps[-1]) for c in columns] + [r[0] for r in rollouts[-1:]]))
         return entries, refused
 
     def event(self, run: str, name: str, data: dict) -> Entry:

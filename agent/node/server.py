@@ -33,7 +33,7 @@ from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
 from pilothouse.version import __version__
-from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, query_arg
+from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, check_name, query_arg
 from pilothouse.wire.entries import check_kinds
 from pilothouse.wire.messages import (
     MAX_INBOUND_BYTES,
@@ -117,7 +117,8 @@ class Agent:
         self._ops: dict[str, Callable[[dict], Any]] = {
             "ping": self._op_ping, "runs": self._op_runs, "resolve": self._op_resolve, "read": self._op_read,
             "alerts": self.alerts.op_alerts, "alert_add": self.alerts.op_alert_add,
-            "alert_rm": self.alerts.op_alert_rm,
+            "alert_rm": self.alerts.op_alert_rm, "key_metric": self._op_key_metric,
+            "key_metric_set": self._op_key_metric_set,
         }
         self._held_ops = {"command": self.commands.op_command, "command_status": self.commands.op_command_status}
 
@@ -468,6 +469,8 @@ class Agent:
     def _note_state(self, msg: dict, now: float) -> int:
         """Loss counters and floor from a heartbeat or finish; returns the committed seq."""
         self.store.touch(msg["run"], now, _count(msg.get("dropped_records")), _count(msg.get("dropped_points")))
+        if msg.get("step", -1) >= 0:
+            self.store.note_step(msg["run"], msg["step"])
         return self.store.account_floor(_stream(msg), _count(msg.get("floor")))
 
     def _on_finish(self, ident: bytes, msg: dict, now: float) -> None:
@@ -580,6 +583,23 @@ class Agent:
 
     def _op_resolve(self, args: dict) -> str:
         return self.store.resolve(query_arg(args, "ref", str))
+
+    def _op_key_metric(self, args: dict) -> dict:
+        """A project's chosen key metric (None: automatic) and how many of its runs log it."""
+        project = check_name(args.get("project"), "project")
+        metric = self.store.key_choices().get(project)
+        runs, logging = self.store.project_logging(project, metric or "")  # "": no metric is named that
+        return {"project": project, "metric": metric, "runs": runs, "logging": logging}
+
+    def _op_key_metric_set(self, args: dict) -> dict:
+        """Choose a project's key metric for every client of this agent; ``metric`` None clears it.
+        Names are checked as a trainer's are: what is stored is a name a run could log."""
+        project = check_name(args.get("project"), "project")
+        metric = args.get("metric")
+        if metric is not None:
+            check_name(metric, "metric name")
+        self.store.set_key_choice(project, metric, time.time())
+        return self._op_key_metric({"project": project})
 
     def _op_read(self, args: dict) -> dict:
         after = check_int(query_arg(args, "after", int), "after")

@@ -9,11 +9,12 @@ on all ranks; only rank 0 acknowledges.
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from pilothouse.wire.tuning import past_step, validate_changes
 
@@ -32,6 +33,22 @@ class Control:
 NOTHING = Control()
 
 
+class Effect(NamedTuple):
+    """What a change callback reports for one key: the value the training code now uses and,
+    where it differs from the request, why (``Effect(4.5e-4, "with the schedule, at this step")``)."""
+
+    value: Any
+    why: str = ""
+
+
+class Refused(ValueError):
+    """Raised by a change callback: the training code cannot take this value now (the reason is shown)."""
+
+
+ChangeCallback = Callable[[dict[str, Any]], Mapping[str, Any] | None]
+Saver = Callable[[int], "str | os.PathLike | None"]
+
+
 class Helm:
     def __init__(self, config: dict[str, Any], schema: dict[str, dict], ack: Ack | None,
                  note_checkpoint: Callable[[str, int], None]):
@@ -42,7 +59,8 @@ class Helm:
         self.paused = False
         self.scheduled: list[tuple[int, dict]] = []
         self.checkpoints: list[tuple[str, int]] = []  # requests (cid, step) not yet answered
-        self.callbacks: list[Callable[[dict[str, Any]], dict | None]] = []
+        self.callbacks: list[tuple[ChangeCallback, frozenset[str] | None]] = []  # (callback, its keys or all)
+        self.saver: Saver | None = None  # saves a checkpoint now, at a step boundary (even while paused)
         self._ack = ack
         self._note_checkpoint = note_checkpoint  # an unasked checkpoint travels as a durable record
 
@@ -67,8 +85,8 @@ class Helm:
         self.checkpoints.clear()
 
     def apply(self, commands: list[dict], step: int) -> Control:
-        """Apply commands in order.  While paused, a checkpoint waits for the resume: nothing
-        may run in between, and the request is answered when the loop saves."""
+        """Apply commands in order.  A checkpoint is saved here by the registered saver (paused or
+        not); without one the loop is told to save, and while paused it is saved on resume."""
         stop = checkpoint = False
         changes: dict[str, Any] = {}
         for cmd in commands:
@@ -86,8 +104,8 @@ class Helm:
                 self.paused = False  # a paused run must get out of sync() to stop
                 self.ack(cid, kind, "applied", step, f"stopping at step {step}")
             elif kind == "checkpoint":
-                checkpoint = True
                 self.checkpoints.append((cid, step))
+                checkpoint = self._checkpoint(cid, step) or checkpoint
             elif kind != "set":
                 self.ack(cid, str(kind), "rejected", step, f"unknown command {str(kind)[:40]!r}")
             else:
@@ -116,18 +134,47 @@ class Helm:
                               types.MappingProxyType({**ctl.changes, **more.changes}))
         return ctl
 
+    def _checkpoint(self, cid: str, step: int) -> bool:
+        """Save now if a saver can; True while the request still waits for the training loop."""
+        if self.saver is not None:
+            path = self.saver(step)
+            if path is not None:
+                self.saved(os.fspath(path), step)
+                return False
+        if self.paused:
+            self.ack(cid, "checkpoint", "scheduled", step, f"paused at step {step}: saved when the run resumes "
+                     "(register a save function with run.on_checkpoint to save while paused)")
+        return True
+
     def _set(self, cmd: dict, step: int) -> dict[str, Any]:
+        """All or nothing: a callback that refuses undoes the callbacks before it and the config."""
         try:
             values = validate_changes(self.schema, cmd.get("values"))
         except ValueError as exc:
             self.ack(cmd["cid"], "set", "rejected", step, str(exc))
             return {}
+        before = {k: self.config[k] for k in values if k in self.config}
         self.config.update(values)
-        applied = dict(values)
-        for callback in self.callbacks:
-            applied.update(callback(dict(values)) or {})
-        text = " ".join(f"{k}={v!r}" for k, v in applied.items())
-        self.ack(cmd["cid"], "set", "applied", step, f"{text} applied at step {step}", applied)
+        effects: dict[str, Effect] = {k: Effect(v) for k, v in values.items()}
+        done: list[tuple[ChangeCallback, dict[str, Any]]] = []
+        try:
+            for callback, keys in self.callbacks:
+                mine = {k: v for k, v in values.items() if keys is None or k in keys}
+                if mine:
+                    reported = callback(dict(mine)) or {}
+                    done.append((callback, mine))
+                    effects.update({k: r if isinstance(r, Effect) else Effect(r) for k, r in reported.items()})
+        except ValueError as exc:
+            for key in values:
+                if key in before:
+                    self.config[key] = before[key]
+            for callback, mine in reversed(done):  # put back what was already changed
+                callback({k: before[k] for k in mine if k in before})
+            self.ack(cmd["cid"], "set", "rejected", step, f"not applied: {exc}")
+            return {}
+        text = " ".join(f"{k}={e.value!r}" + (f" ({e.why})" if e.why else "") for k, e in effects.items())
+        self.ack(cmd["cid"], "set", "applied", step, f"{text} applied at step {step}",
+                 {k: e.value for k, e in effects.items()}, config=values)
         return values
 
     def saved(self, path: str, step: int) -> None:
@@ -140,7 +187,19 @@ class Helm:
             self.ack(cid, "checkpoint", "applied", step, f"checkpoint saved at step {step}: {path}", {"path": path})
 
     def ack(self, cid: str, cmd: str, state: str, step: int, detail: str,
-            applied: dict[str, Any] | None = None) -> None:
+            applied: dict[str, Any] | None = None, config: dict[str, Any] | None = None) -> None:
+        """``applied``: the values in effect (shown); ``config``: the settings the run's config now holds."""
         if self._ack is not None:
-            self._ack({"cid": cid, "cmd": cmd, "state": state, "step": step, "detail": detail,
-                       "applied": applied or {}})
+            answer = {"cid": cid, "cmd": cmd, "state": state, "step": step, "detail": detail, "applied": applied or {}}
+            if config is not None:
+                answer["config"] = config
+            self._ack(answer)
+
+    def handled(self) -> set[str] | None:
+        """The keys some callback declared it applies (None: a callback takes every key)."""
+        keys: set[str] = set()
+        for _, mine in self.callbacks:
+            if mine is None:
+                return None
+            keys |= mine
+        return keys

@@ -115,9 +115,19 @@ class Outbox:
             self._wake_w = -1
         return delivered
 
+    def rehello(self, hello: dict) -> None:
+        """The run's config or schema changed: the agent gets a new hello before the next batch."""
+        self.hello = hello
+        self._need_hello = True
+        self._wake()
+
     def ack(self, answer: dict) -> None:
         """Training thread: a command's outcome, sent by the I/O thread at once (it is woken)."""
         self._acks.append(answer)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Interrupt the I/O thread's poll: something must go out now."""
         if self._wake_w >= 0:
             try:
                 os.write(self._wake_w, b"!")
@@ -234,9 +244,10 @@ class Outbox:
             self._resend_timeout = min(self._resend_timeout * 2, 8.0)  # a busy agent is not a dead one
             self._need_hello = True
         if self._need_hello:
-            if not self._send_msg(message("hello", **self.hello)):
+            hello = self.hello
+            if not self._send_msg(message("hello", **hello)):
                 return
-            self._need_hello = False
+            self._need_hello = self.hello is not hello  # changed meanwhile by rehello: send the new one too
         self._send_acks()  # after the hello: the agent must know the run
         for b in batches:
             if b.sent_at is None:

@@ -16,14 +16,14 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psutil
 
 from pilothouse.trainer import launcher
 from pilothouse.trainer.collective import Broadcaster, process_group
-from pilothouse.trainer.helm import NOTHING, Control, Helm
+from pilothouse.trainer.helm import NOTHING, ChangeCallback, Control, Helm, Saver
 from pilothouse.trainer.outbox import Outbox
 from pilothouse.wire.alert_rules import check_rules
 from pilothouse.wire.checks import (
@@ -159,31 +159,72 @@ class Run:
         self._queue.append((REC_ROLLOUTS, self._next_step(step, advance=False), time.time(), clean))
         self._records += 1
 
-    def sync(self, step: int | None = None) -> Control:
+    def sync(self, step: int | None = None, *, wait: bool = True) -> Control:
         """A step boundary: apply what was asked (pause blocks here), say what the loop must do.
 
         Microseconds when nothing is pending; in a multi-rank job, one small broadcast
-        every ``sync_every`` steps so all ranks act at the same step."""
+        every ``sync_every`` steps so all ranks act at the same step.  ``wait=False`` does not
+        block while paused: the loop calls ``wait_while_paused`` once the step is logged."""
         helm = self._helm
+        if self._broadcaster is None and helm.idle():
+            return NOTHING
+        step = self._sync_step(step)
+        if self._broadcaster is not None and step % self._sync_every:
+            return NOTHING
+        if step > self._outbox.last_step:  # the heartbeat says where the run is, logged or not
+            self._outbox.last_step = step
+        helm.expire_checkpoints(step)
+        ctl = helm.apply(self._take(), step)
+        return helm.hold(ctl, self._take_waiting, step) if wait else ctl
+
+    def wait_while_paused(self, step: int | None = None) -> Control:
+        """Block while paused (after ``sync(wait=False)``), applying what arrives; returns what was asked."""
+        if not self._helm.paused:
+            return NOTHING
+        return self._helm.hold(NOTHING, self._take_waiting, self._sync_step(step))
+
+    def _take(self) -> list[dict]:
         bcast = self._broadcaster
         if bcast is None:
-            if helm.idle():
-                return NOTHING
-            step = self._sync_step(step)
-            helm.expire_checkpoints(step)
-            ctl = helm.apply(helm.take(), step)
-            return helm.hold(ctl, lambda: helm.take(wait=0.2), step)
-        step = self._sync_step(step)
-        if step % self._sync_every:
-            return NOTHING
-        helm.expire_checkpoints(step)
-        ctl = helm.apply(bcast.share(helm.take() if self.rank == 0 else None) or [], step)
-        return helm.hold(ctl, lambda: bcast.share(helm.take(wait=0.2) if self.rank == 0 else None) or [], step)
+            return self._helm.take()
+        return bcast.share(self._helm.take() if self.rank == 0 else None) or []
 
-    def on_change(self, callback: Callable[[dict[str, Any]], dict | None]) -> None:
-        """Call ``callback(changes)`` on the training thread whenever hyperparameters change;
-        a returned dict says what was really applied and is shown in the acknowledgement."""
-        self._helm.callbacks.append(callback)
+    def _take_waiting(self) -> list[dict]:
+        bcast = self._broadcaster
+        if bcast is None:
+            return self._helm.take(wait=0.2)
+        return bcast.share(self._helm.take(wait=0.2) if self.rank == 0 else None) or []
+
+    def on_change(self, callback: ChangeCallback, keys: Iterable[str] | None = None) -> None:
+        """Call ``callback(changes)`` on the training thread when hyperparameters change (only those in
+        ``keys``, when given).  It returns what is now in effect where that differs from the request
+        (``{key: value}`` or ``{key: Effect(value, why)}``), or raises ``Refused(reason)`` (a
+        ``ValueError``): the whole change is then undone and refused with that reason."""
+        self._helm.callbacks.append((callback, None if keys is None else frozenset(keys)))
+
+    def on_checkpoint(self, save: Saver) -> None:
+        """Register ``save(step) -> path``: called on the training thread when a checkpoint is asked
+        for, at the next step boundary or at once while paused; the path answers the request.
+        Returning None leaves the request to the loop (``Control.checkpoint``, then ``checkpoint_saved``)."""
+        self._helm.saver = save
+
+    def adapt(self, values: Mapping[str, Any], tunable: Mapping[str, Mapping[str, Any] | None]) -> None:
+        """For framework adapters (the Hugging Face callback): ``values`` are settings of the training
+        code, added to the config where it has none; afterwards only the keys in ``tunable`` (and those
+        an ``on_change(keys=...)`` callback declared) stay tunable, with bounds the user declared kept.
+        The agent hears of it at once, so it refuses other keys before they reach the trainer."""
+        added = check_config({k: v for k, v in values.items() if k not in self._config})
+        handled = self._helm.handled()  # None: a callback of the user's takes every key
+        keep = set(tunable) | (set(self._helm.schema) if handled is None else handled)
+        schema = {k: spec for k, spec in self._helm.schema.items() if k in keep}
+        fresh = {k: tunable[k] for k in tunable if k in added and k not in schema}
+        schema.update(build_schema({**self._config, **added}, fresh) if fresh else {})
+        hello = {**self._outbox.hello, "config": {**self._config, **added}, "schema": schema}
+        if len(pack(message("hello", **hello))) > MAX_HELLO_BYTES:
+            raise ValueError(f"the trainer's settings take more than {MAX_HELLO_BYTES} bytes packed")
+        self._config.update(added)
+        self._helm.schema = schema
+        self._outbox.rehello({**hello, "config": self._config})  # the live config: a later hello says what is set
 
     def checkpoint_saved(self, path: str, step: int | None = None) -> None:
         """Answer a checkpoint request (or record a checkpoint the loop took by itself)."""

@@ -121,6 +121,8 @@ def _check_hb(msg: dict) -> None:
     for key in ("floor", "dropped_records", "dropped_points"):
         if key in msg:
             _wrap(check_int, msg[key], key)
+    if "step" in msg:  # -1: nothing logged or synced yet
+        _wrap(check_int, msg["step"], "step", -1)
     if "session" in msg:
         _wrap(check_session, msg["session"])
     if "paused" in msg and type(msg["paused"]) is not bool:
@@ -144,6 +146,8 @@ def _check_cack(msg: dict) -> None:
     _wrap(check_int, msg.get("step"), "'cack' step")
     _need(msg, "detail", str)
     _need(msg, "applied", dict)
+    if "config" in msg:
+        _need(msg, "config", dict)
 
 
 def _check_query(msg: dict) -> None:

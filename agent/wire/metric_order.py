@@ -2,6 +2,7 @@
 
 One order for every place that must pick or sort metrics (the agent's short run summary, the
 CLI's last values, the app's charts): reward-like first, then KL, loss, entropy, lengths, the rest.
+``key_metric`` picks the one headline a run's row shows, the same way for the CLI and the app.
 """
 
 from __future__ import annotations
@@ -32,3 +33,42 @@ def importance(name: str) -> tuple[int, int, int, int, str]:
 
 def by_importance(names: Iterable[str]) -> list[str]:
     return sorted(names, key=importance)
+
+
+_TOKENS = re.compile(r"[/_.\-]")
+_SPREAD = frozenset({"std", "stddev", "var", "variance"})  # how wide a value is, not how good
+_EXTREMES = frozenset({"min", "max", "minimum", "maximum"})
+_REWARD_HEADS = ("reward", "reward/mean", "rewards/mean")  # the best headlines, best first
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _headline_rank(name: str) -> tuple[int, int, int, int, str] | None:
+    """How good a headline ``name`` makes (lower is better), or None if it makes none: a reward
+    (an exact mean first, min/max last), then a loss.  A spread (``reward_std``) or a fraction
+    (``frac_reward_zero_std``) never heads a run: it says how noisy the reward is, not how good."""
+    low = name.lower()
+    core = low.removeprefix("train/").removeprefix("train_")  # `train/loss` reads as `loss`
+    tokens = set(_TOKENS.split(core))
+    if tokens & _SPREAD or any(t.startswith("frac") for t in tokens):
+        return None
+    prefixed = int(core != low)
+    if tokens & {"reward", "rewards"} and "loss" not in tokens:  # a reward model's loss is a loss
+        tier = _REWARD_HEADS.index(core) if core in _REWARD_HEADS else 4 if tokens & _EXTREMES else 3
+    elif "loss" in tokens and not tokens & _EXTREMES:
+        tier = 5 if core == "loss" else 6
+    else:
+        return None
+    return tier, prefixed, core.count("/"), len(core), name
+
+
+def key_metric(names: Iterable[str], preferred: str | None = None) -> str | None:
+    """The one metric a run is summed up by (its row in `pilothouse runs` and the app): the
+    project's chosen ``preferred`` if the run logs it, else a reward, else a loss, else the most
+    important name.  One function, so the CLI and the app never disagree.  None: no metrics."""
+    have = list(names)
+    if preferred is not None and preferred in have:
+        return preferred
+    ranked = [(rank, name) for name in have if (rank := _headline_rank(name)) is not None]
+    if ranked:
+        return min(ranked)[1]
+    return min(have, key=importance, default=None)

@@ -1,0 +1,100 @@
+"""GRPO rollouts, every step, with no user code: what GRPOTrainer keeps of its latest generation.
+
+TRL sizes ``trainer._logs`` to one generation batch and refills it whenever it generates
+(gathered from every process), so after a step its contents are the completions that step's
+update used.  A generation is new when its advantages are new objects (``tolist()`` makes
+fresh floats each time), which costs one identity check per step and changes nothing in TRL.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from pilothouse.trainer.run import Run
+from pilothouse.wire.records import MAX_ROLLOUT_ROWS
+
+log = logging.getLogger("pilothouse")
+
+
+class GRPORollouts:
+    def __init__(self, trainer: Any, limit: int | None = None):
+        self.trainer = trainer
+        self.limit = limit
+        self._seen: Any = None
+
+    @staticmethod
+    def fits(trainer: Any) -> bool:
+        logs = getattr(trainer, "_logs", None)
+        return isinstance(logs, dict) and all(k in logs for k in ("prompt", "completion", "rewards", "advantages"))
+
+    def skip(self) -> None:
+        """What is there now is not a training generation (an evaluation ran)."""
+        advantages = self.trainer._logs["advantages"]
+        self._seen = advantages[-1] if advantages else None
+
+    def log_new(self, run: Run, step: int) -> int:
+        """Log the rows of a generation not logged yet at ``step``; returns how many."""
+        logs = self.trainer._logs
+        advantages = logs["advantages"]
+        if not advantages or advantages[-1] is self._seen:
+            return 0
+        self._seen = advantages[-1]
+        rows = self._rows(logs)
+        if self.limit is not None:
+            rows = rows[:self.limit]
+        _log_in_parts(run, step, rows)
+        return len(rows)
+
+    def _rows(self, logs: dict) -> list[dict[str, Any]]:
+        rewards = {name: list(values) for name, values in logs["rewards"].items()}
+        weights = dict(zip(self.trainer.reward_func_names, self.trainer.reward_weights.tolist()))
+        rows = []
+        texts = zip(logs["prompt"], logs["completion"], logs["advantages"])
+        for i, (prompt, completion, advantage) in enumerate(texts):
+            per_func = {name: values[i] for name, values in rewards.items() if i < len(values)}
+            scored = [weights.get(name, 1.0) * r for name, r in per_func.items() if not _missing(r)]
+            row = {"prompt": _text(prompt), "completion": _text(completion),
+                   "reward": math.fsum(scored) if scored else math.nan, "advantage": float(advantage)}
+            row.update({f"rewards/{name}": math.nan if _missing(r) else float(r) for name, r in per_func.items()})
+            rows.append(row)
+        return rows
+
+
+def _log_in_parts(run: Run, step: int, rows: list[dict]) -> None:
+    """As few calls as the per-call limits allow; a single row too large to send is left out, said."""
+    if not rows:
+        return
+    if len(rows) > MAX_ROLLOUT_ROWS:
+        _log_in_parts(run, step, rows[:MAX_ROLLOUT_ROWS])
+        _log_in_parts(run, step, rows[MAX_ROLLOUT_ROWS:])
+        return
+    try:
+        run.log_rollouts(step, rows)
+    except ValueError as exc:
+        if len(rows) == 1:
+            log.warning("pilothouse: a rollout of step %d was not logged: %s", step, exc)
+            return
+        half = len(rows) // 2
+        _log_in_parts(run, step, rows[:half])
+        _log_in_parts(run, step, rows[half:])
+
+
+def _missing(value: Any) -> bool:
+    return value is None or isinstance(value, float) and math.isnan(value)
+
+
+def _text(value: Any) -> str:
+    """A prompt or completion: plain text, or a conversation as one ``role: content`` line per message."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
+        return "\n".join(f"{m.get('role', '?')}: {_content(m.get('content'))}" for m in value)
+    return str(value)
+
+
+def _content(content: Any) -> str:
+    if isinstance(content, list):  # multimodal parts: keep the text ones
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "" if content is None else str(content)
