@@ -7,7 +7,7 @@ load their frameworks on first use.
 
 from pilothouse.version import __version__
 
-__all__ = ["Run", "init", "__version__"]
+__all__ = ["Effect", "Refused", "Run", "init", "__version__"]
 
 _MODULES = ("torch", "hf", "client")
 
@@ -19,6 +19,10 @@ def __getattr__(name: str):
         from pilothouse.trainer import run
 
         return run.init if name == "init" else run.Run
+    if name in ("Effect", "Refused"):  # what a run.on_change callback returns or raises
+        from pilothouse.trainer import helm
+
+        return getattr(helm, name)
     if name in _MODULES:
         import importlib
 

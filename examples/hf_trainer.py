@@ -1,9 +1,13 @@
-"""A Hugging Face Trainer (TRL's trainers are Trainers too) steered by Pilothouse, on a CPU.
+"""A Hugging Face Trainer steered by Pilothouse with a run of your own, on a CPU.
 
-A tiny GPT-2 built from a config and random tokens, so nothing is downloaded.
+A tiny GPT-2 built from a config and random tokens, so nothing is downloaded.  Tunable live:
+learning_rate (the optimizer's groups and the LR schedule's base), weight_decay, max_grad_norm;
+the rest of the training arguments is shown, not tunable.  For TRL's GRPOTrainer, and for the
+callback with no run of your own (``PilothouseCallback()``), see examples/trl_grpo.py.
 
     python examples/hf_trainer.py [--steps 200] [--agent URL]
-    pilothouse set hf-trainer learning_rate=1e-4    # reaches the optimizer and the LR schedule
+    pilothouse set hf-trainer learning_rate=1e-4 max_grad_norm=0.5
+    pilothouse pause hf-trainer && pilothouse checkpoint hf-trainer   # checkpoint-N at the paused step
 """
 
 from __future__ import annotations
