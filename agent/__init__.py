@@ -22,7 +22,7 @@ def __getattr__(name: str):
     if name in ("Effect", "Refused"):  # what a run.on_change callback returns or raises
         from pilothouse.trainer import helm
 
-        return getattr(helm, name)
+        return helm.Effect if name == "Effect" else helm.Refused
     if name in _MODULES:
         import importlib
 

@@ -21,8 +21,10 @@ import zmq
 import zmq.utils.monitor
 
 from pilothouse.security import HANDSHAKE_FAILED, Keyring, SecurityError, client_keys
-from pilothouse.wire.entries import KIND_METRIC, Page, check_page, join_chunks
+from pilothouse.wire.checks import INT64_MAX
+from pilothouse.wire.entries import KIND_METRIC, KIND_ROLLOUTS, Entry, Page, check_page, join_chunks
 from pilothouse.wire.messages import ACK_STATES, MAX_MESSAGE_BYTES, ProtocolError, message, pack, unpack
+from pilothouse.wire.rollouts import check_batch
 from pilothouse.wire.urls import DEFAULT_URL, check_url
 
 
@@ -175,6 +177,35 @@ class Client:
         rows = [(e.steps, e.vals, e.times) for page in self.history(run, [KIND_METRIC])
                 for e in page.entries if e.metric == metric]
         return join_chunks(rows)
+
+    def rollouts(self, run: str, step: int | None = None, last: int = 1) -> list[dict]:
+        """A run's rollouts ``{"step", "time", "rows"}`` per step, oldest step first: of ``step``, or of
+        the ``last`` steps logged latest.  A step's batches (several calls or ranks) are joined in
+        arrival order, ``time`` the latest's.  The agent reads from the run's end, not its start, in
+        pages of bounded size; a step with none is an AgentError naming the nearest that have some."""
+        args: dict[str, Any] = {"run": run, "step": step} if step is not None else {"run": run, "last": last}
+        entries: list[Entry] = []
+        ceiling = INT64_MAX  # each page lies below the last: a broken agent cannot make this loop forever
+        while True:
+            data = self.request("rollouts", **args)
+            more = data.get("next") if isinstance(data, dict) else None
+            page = check_page(data.get("entries") if isinstance(data, dict) else None, ceiling)
+            if not all(e.kind == KIND_ROLLOUTS and e.run == run for e in page.entries):
+                raise ProtocolError("the agent's rollouts answer holds entries of another kind or run")
+            entries.extend(page.entries)
+            if more is None:
+                break
+            ceiling = min((e.id for e in page.entries), default=0) - 1
+            if not isinstance(more, dict) or more.get("before") != ceiling + 1 or ceiling < 1:
+                raise ProtocolError("the agent's rollouts answer goes on from where it did not stop")
+            args = {**more, "run": run}
+        steps: dict[int, dict] = {}
+        for e in sorted(entries, key=lambda e: e.id):
+            body = check_batch(unpack(e.body))
+            batch = steps.setdefault(body["step"], {"step": body["step"], "time": body["time"], "rows": []})
+            batch["time"] = max(batch["time"], body["time"])
+            batch["rows"].extend(body["rows"])
+        return [steps[s] for s in sorted(steps)]
 
     def command(self, run: str, cmd: str, values: dict[str, Any] | None = None, at_step: int | None = None,
                 wait: float = 30.0, who: dict[str, str] | None = None) -> dict:

@@ -112,11 +112,31 @@ def save_checkpoint(run: Run, model: torch.nn.Module, optimizer: torch.optim.Opt
     saves unless ``all_ranks`` (then other ranks add ``-rank{N}`` to the name).  ``step``
     defaults to the run's last step.
     """
+    step = run.step if step is None else operator.index(step)
+    path = _write_checkpoint(run, model, optimizer, step, directory, extra, all_ranks)
+    if path is not None:
+        run.checkpoint_saved(str(path), step)
+    return path
+
+
+def bind_checkpoints(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                     directory: str | os.PathLike | None = None, extra: Mapping[str, Any] | None = None,
+                     all_ranks: bool = False) -> None:
+    """Answer every checkpoint request with ``save_checkpoint``'s file, at the next ``run.sync``
+    or at once while paused; the loop needs no ``ctl.checkpoint`` branch."""
+    def save(step: int) -> str:
+        path = _write_checkpoint(run, model, optimizer, step, directory, extra, all_ranks)
+        return str(path) if path is not None else f"(rank {run.rank} saves nothing; rank 0 answers)"
+
+    run.on_checkpoint(save)
+
+
+def _write_checkpoint(run: Run, model: Any, optimizer: Any, step: int, directory: str | os.PathLike | None,
+                      extra: Mapping[str, Any] | None, all_ranks: bool) -> Path | None:
     if run.rank != 0 and not all_ranks:
         return None
     import torch
 
-    step = run.step if step is None else operator.index(step)
     folder = Path(directory) if directory is not None else Path("checkpoints") / run.id
     folder.mkdir(parents=True, exist_ok=True)
     suffix = f"-rank{run.rank}" if run.rank else ""
@@ -136,7 +156,6 @@ def save_checkpoint(run: Run, model: torch.nn.Module, optimizer: torch.optim.Opt
         os.unlink(tmp)
         raise
     _fsync_dir(folder)
-    run.checkpoint_saved(str(path), step)
     return path
 
 

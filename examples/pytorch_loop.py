@@ -27,13 +27,11 @@ def main() -> None:
     run = ph.init(project="examples", name="pytorch-loop", config={"lr": 0.05, "momentum": 0.9},
                      agent=args.agent)
     ph.torch.bind_optimizer(run, optimizer)  # lr and momentum follow run.config
+    ph.torch.bind_checkpoints(run, model, optimizer, directory=args.checkpoint_dir)  # saved on request, paused too
     print(run.id, flush=True)
     target = torch.randn(8, 1)
     for step in range(args.steps):
-        ctl = run.sync(step)
-        if ctl.checkpoint:
-            ph.torch.save_checkpoint(run, model, optimizer, step, directory=args.checkpoint_dir)
-        if ctl.stop:
+        if run.sync(step).stop:
             break
         started = time.perf_counter()
         x = torch.randn(64, 8)

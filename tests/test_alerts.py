@@ -240,7 +240,7 @@ def test_nan_alerts_pauses_at_that_step_and_runs_the_hook(tmp_path, alert_agent)
         ack = next(e for e in events if e["event"] == "ack")
         assert ack["state"] == "applied" and ack["step"] == 26  # the next step boundary after the NaN
         run = next(r for r in client.runs() if r["id"] == run_id)
-        assert run["status"] == "paused" and run["last_step"] == 25 and run["alerts"] == ["nan-loss"]
+        assert run["status"] == "paused" and run["last_step"] == 26 and run["alerts"] == ["nan-loss"]  # the ack's
         listing = run_cli("runs", "--agent", proc.url).stdout
         assert "ALERTS" in listing and "nan-loss" in listing.splitlines()[1]
 

@@ -184,6 +184,15 @@ def test_reader_timeout_must_be_positive_seconds(capsys, value):
     (("export", "r", "--format", "xml"), r"invalid choice: 'xml'"),
     (("agent", "--log-level", "LOUD"), r"invalid choice: 'LOUD'"),
     (("runs", "--bogus"), r"unrecognized arguments: --bogus"),
+    (("rollouts",), r"the following arguments are required: run"),
+    (("rollouts", "r", "--step", "-1"), r"argument --step: a step must be an int in \[0, "),
+    (("rollouts", "r", "--step", "two"), r"argument --step: not a step: 'two'"),
+    (("rollouts", "r", "--last", "0"), r"argument --last: --last must be a whole number from 1 to 1000"),
+    (("rollouts", "r", "--last", "1001"), r"argument --last: --last must be a whole number from 1 to 1000"),
+    (("rollouts", "r", "--limit", "0"), r"argument --limit: --limit must be a whole number from 1 to"),
+    (("rollouts", "r", "--sort", "-loss"), r"argument --sort: sort by reward, advantage or rewards/NAME"),
+    (("rollouts", "r", "--sort", "rewards/\x1b[2J"), r"sort by reward.*got 'rewards/\\x1b\[2J'$"),
+    (("rollouts", "r", "--step", "3", "--last", "2"), r"argument --last: not allowed with argument --step"),
 ])
 def test_usage_errors(capsys, args, why):
     code, _, err = in_process(capsys, *args)
@@ -192,7 +201,7 @@ def test_usage_errors(capsys, args, why):
 
 # --- no agent ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [("runs",), ("runs", "--json"), ("tail", "r1"), ("export", "r1")])
+@pytest.mark.parametrize("args", [("runs",), ("runs", "--json"), ("tail", "r1"), ("export", "r1"), ("rollouts", "r1")])
 def test_commands_without_an_agent_fail_within_the_timeout(capsys, args):
     url = f"tcp://127.0.0.1:{free_port()}"
     started = time.monotonic()
@@ -213,7 +222,7 @@ def test_runs_without_an_agent_real_process():
 
 # --- run references --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("command", ["export", "tail"])
+@pytest.mark.parametrize("command", ["export", "tail", "rollouts"])
 @pytest.mark.parametrize("ref", ["nope", "cli/nope", "solo\x1b[2J", "x" * 300, ""], ids=["name", "proj-name",
                                                                                          "escape", "long", "empty"])
 def test_unknown_run_is_an_error(capsys, cli_agent, command, ref):
@@ -223,7 +232,7 @@ def test_unknown_run_is_an_error(capsys, cli_agent, command, ref):
     assert f"pilothouse: no run with id or name {ref!r}" in err, err
 
 
-@pytest.mark.parametrize("command", ["export", "tail"])
+@pytest.mark.parametrize("command", ["export", "tail", "rollouts"])
 @pytest.mark.parametrize("ref", ["dup", "cli/dup"])
 def test_ambiguous_run_name_asks_for_an_id(capsys, cli_agent, command, ref):
     proc, ids = cli_agent

@@ -50,7 +50,8 @@ def test_pause_set_and_checkpoint_reach_the_trainer(tmp_path, agent_proc):
         assert row["state"] == "applied", row
         time.sleep(1.0)
         held = last_step(client, run_id)
-        assert held == row["step"] - 1  # held at the step boundary: nothing logged since
+        assert held == row["step"]  # "paused at step S" and the run's step agree
+        assert client.series(run_id, "reward/mean")[0].max() == held - 1  # held at the boundary: nothing since
         assert client.command(run_id, "resume")["state"] == "applied"
         wait_until(lambda: last_step(client, run_id) > held + 5, timeout=20, what="steps after resume")
 
@@ -63,6 +64,10 @@ def test_pause_set_and_checkpoint_reach_the_trainer(tmp_path, agent_proc):
         row = client.command(run_id, "checkpoint")
         assert row["state"] == "applied", row
         assert Path(row["applied"]["path"]).is_file()
+        paused = client.command(run_id, "pause")["step"]  # the README's walk-through: pause, then checkpoint
+        row = client.command(run_id, "checkpoint", wait=5)
+        assert row["state"] == "applied" and row["step"] == paused, row
+        assert Path(row["applied"]["path"]).name == f"ckpt-step{paused:08d}.pt"
     finally:
         client.command(run_id, "stop", wait=20)
         client.close()

@@ -388,9 +388,8 @@ def test_trainers_killed_while_paused_and_while_the_agent_is_down_show_crashed(t
         with Client(url) as c:
             answer = c.command(paused_id, "pause", wait=10)
         assert answer["state"] == "applied", answer
-        held = answer["step"] - 1  # paused in sync(step): the step before it was the last one logged
-        wait_until(lambda: status_and_step(url, paused_id) == ("paused", held),
-                   what="the pause and the last step before it stored")
+        held = answer["step"]  # paused in sync(step): the run's step is the one it holds at
+        wait_until(lambda: status_and_step(url, paused_id) == ("paused", held), what="the pause and its step stored")
 
         agent_proc.kill(signal.SIGKILL)
         orphan.kill()  # dies while nobody watches
@@ -413,6 +412,8 @@ def test_trainers_killed_while_paused_and_while_the_agent_is_down_show_crashed(t
         print(f"\ncrashed shown {orphan_after:.1f} s after the agent came back, {paused_after:.1f} s after "
               f"the paused trainer died (agent --stale-after 3)")
         assert run_row(url, paused_id)["last_step"] == held, "a paused trainer logged steps"
+        with Client(url) as c:
+            assert c.series(paused_id, "x")[0].max() == held - 1  # nothing logged since the pause
         assert statuses(url, orphan_id)[-1:] == ["crashed"] and "running" in statuses(url, orphan_id)
         assert statuses(url, paused_id)[-2:] == ["paused", "crashed"], statuses(url, paused_id)
     finally:

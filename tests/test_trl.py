@@ -60,7 +60,7 @@ ZERO_CONFIG = COMMON + """
 os.environ["PILOTHOUSE_AGENT"] = URL
 trainer = make_trainer(400, ARGS[0], beta=0.04, run_name="zero-config")
 trainer.add_callback(Pace())
-trainer.add_callback(PilothouseCallback(project="trl-zero"))
+trainer.add_callback(PilothouseCallback(project="trl-zero", rollouts_per_step=2))
 trainer.train()
 report(trainer)
 """
@@ -166,6 +166,29 @@ def test_zero_config_callback_added_later_steers_beta(agent_proc, tmp_path):
         assert changed["state"] == "applied", changed
         assert c.command(row["id"], "stop", wait=30)["state"] == "applied"
         result = json.loads(finish(proc).splitlines()[-1])
+        rollouts = _rollouts(c, row["id"])
+    assert sorted(rollouts) == list(range(1, result["global_step"] + 1))
+    assert {len(rows) for rows in rollouts.values()} == {2}  # rollouts_per_step=2 of the 4 generated
     assert result["beta"] == 0.1
     assert result["logprob_temperatures"] == [0.8, 0.8]  # the policy's and the reference model's
     assert result["sampling_temperature"] == 0.8
+
+
+@pytest.mark.parametrize("limit", [-1, 1.5, "2", True])
+def test_bad_rollouts_per_step_is_refused(limit):
+    from pilothouse.hf import PilothouseCallback
+
+    with pytest.raises(ValueError, match="rollouts_per_step"):
+        PilothouseCallback(rollouts_per_step=limit)
+
+
+def test_a_callback_no_trainer_calls_says_so(tmp_path):
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from pilothouse.hf import PilothouseCallback
+
+    callback = PilothouseCallback()
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    with pytest.raises(RuntimeError, match="found no Trainer calling it"):
+        callback.on_train_begin(args, TrainerState(), TrainerControl())
+    assert callback.run is None  # nothing was started

@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from pilothouse.cli import alerts, app, key_metric, keys, read, serve, steer
+from pilothouse.cli import alerts, app, key_metric, keys, read, rollouts, serve, steer
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Command, positive
 from pilothouse.client import AgentError
 from pilothouse.security import ENV_KEYS, SecurityError
@@ -17,7 +17,7 @@ from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(rollouts.join_sort(sys.argv[1:] if argv is None else argv))
     if args.command == "gui":
         args.gui_args = extra
     elif extra:
@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve.add_parser(sub, keys_arg)
     read.add_parsers(reader)
+    rollouts.add_parser(reader)
     steer.add_parsers(reader)
     keys.add_parser(sub, keys_arg)
     alerts.add_parser(reader)

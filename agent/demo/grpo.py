@@ -126,14 +126,11 @@ def main(argv: list[str] | None = None) -> None:
     reference.requires_grad_(False)
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.lr)
     ph.torch.bind_optimizer(run, optimizer)
-    checkpoints = Path(args.checkpoint_dir) / run.id
+    ph.torch.bind_checkpoints(run, policy, optimizer, directory=Path(args.checkpoint_dir) / run.id)  # paused too
     group = run.config["group_size"]
 
     for step in range(args.steps):
-        ctl = run.sync(step)
-        if ctl.checkpoint:
-            ph.torch.save_checkpoint(run, policy, optimizer, step, directory=checkpoints)
-        if ctl.stop:
+        if run.sync(step).stop:
             break
         started = time.perf_counter()
         temperature, kl_coef = run.config["temperature"], run.config["kl_coef"]

@@ -76,10 +76,11 @@ class PilothouseCallback(TrainerCallback):
     def _attach(self, args: TrainingArguments) -> None:
         trainer = self.trainer
         knobs = trainer_knobs(trainer)
+        settings = args.to_dict()
         optimizer_keys = dict(self.keys) if isinstance(self.keys, Mapping) else \
             {k: k for k in self.keys} if self.keys is not None else \
-            {k: v for k, v in _OPTIMIZER_KEYS.items() if isinstance(getattr(args, k, None), (int, float))}
-        values = {k: getattr(args, k) for k in optimizer_keys if hasattr(args, k)}
+            {k: v for k, v in _OPTIMIZER_KEYS.items() if isinstance(settings.get(k), (int, float))}
+        values = {k: settings[k] for k in optimizer_keys if k in settings}
         values.update({name: knob.get() for name, knob in knobs.items()})
         if self.run is None:  # the arguments are shown; adapt() below adds the tunable ones
             shown = {k: v for k, v in _shown(args).items() if k not in values}
@@ -107,6 +108,12 @@ class PilothouseCallback(TrainerCallback):
             self._hold_at = state.global_step
             control.should_log = True  # so the run's step and its last logged step agree while paused
         return control
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                      **kwargs: Any) -> None:
+        if self._hold_at is not None:  # step N's log never came (another callback cancelled it): hold here,
+            self._hold_at = None       # still at step N, before the next step's forward pass
+            self._follow(self.run.wait_while_paused(state.global_step), control)
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: dict[str, Any] | None = None, **kwargs: Any) -> None:

@@ -15,8 +15,6 @@ from pilothouse.trainer.helm import Effect, Refused
 
 REWARD_WEIGHT = "reward_weights/"  # + a reward function's name
 _WEIGHT_RANGE = {"min": -1000.0, "max": 1000.0}  # finite; a weight's sign is the user's choice
-_SAMPLING = {"temperature": {"above": 0}, "top_p": {"above": 0, "max": 1}, "top_k": {"min": 0},
-             "min_p": {"min": 0, "max": 1}, "repetition_penalty": {"above": 0}}
 
 
 class Knob(NamedTuple):
@@ -25,26 +23,42 @@ class Knob(NamedTuple):
     spec: dict[str, Any] | None = None  # bounds; None: the safe range of the name (pilothouse.wire.tuning)
 
 
+class _Setting(NamedTuple):
+    """A sampling setting as the trainer, its generation config and its vLLM client each hold it."""
+
+    spec: dict[str, Any]
+    read: Callable[[Any], Any]
+    write: Callable[[Any, Any], None]
+
+
+_SAMPLING = {
+    "temperature": _Setting({"above": 0}, lambda o: o.temperature, lambda o, v: setattr(o, "temperature", v)),
+    "top_p": _Setting({"above": 0, "max": 1}, lambda o: o.top_p, lambda o, v: setattr(o, "top_p", v)),
+    "top_k": _Setting({"min": 0}, lambda o: o.top_k, lambda o, v: setattr(o, "top_k", v)),
+    "min_p": _Setting({"min": 0, "max": 1}, lambda o: o.min_p, lambda o, v: setattr(o, "min_p", v)),
+    "repetition_penalty": _Setting({"above": 0}, lambda o: o.repetition_penalty,
+                                   lambda o, v: setattr(o, "repetition_penalty", v)),
+}
+
+
 def trainer_knobs(trainer: Any) -> dict[str, Knob]:
     """Every setting of ``trainer`` that can change between two optimizer steps (the optimizer's
     own, learning rate and weight decay, are bound separately with ``bind_optimizer``)."""
-    knobs = {"max_grad_norm": _attr_knob(trainer.args, "max_grad_norm")}
+    args = trainer.args
+
+    def put_max_grad_norm(value: float) -> float:
+        args.max_grad_norm = value  # read by the Trainer at every optimizer step
+        return args.max_grad_norm
+
+    knobs = {"max_grad_norm": Knob(lambda: args.max_grad_norm, put_max_grad_norm)}
     if any(cls.__name__ == "GRPOTrainer" for cls in type(trainer).__mro__):
         knobs.update(_grpo_knobs(trainer))
     return knobs
 
 
-def _attr_knob(obj: Any, name: str) -> Knob:
-    def put(value: Any) -> Any:
-        setattr(obj, name, value)
-        return getattr(obj, name)
-
-    return Knob(lambda: getattr(obj, name), put)
-
-
 def _grpo_knobs(trainer: Any) -> Iterator[tuple[str, Knob]]:
     yield "beta", Knob(lambda: trainer.beta, lambda v: _put_beta(trainer, v))
-    symmetric = [getattr(trainer.args, "epsilon_high", None) is None]  # epsilon_high follows epsilon until set
+    symmetric = [trainer.args.epsilon_high is None]  # epsilon_high follows epsilon until set itself
 
     def put_epsilon(value: float) -> Any:
         trainer.epsilon_low = value
@@ -60,9 +74,10 @@ def _grpo_knobs(trainer: Any) -> Iterator[tuple[str, Knob]]:
 
     yield "epsilon", Knob(lambda: trainer.epsilon_low, put_epsilon)
     yield "epsilon_high", Knob(lambda: trainer.epsilon_high, put_epsilon_high)
-    for name, spec in _SAMPLING.items():
-        if isinstance(getattr(trainer, name, None), (int, float)):  # None (min_p off) stays off
-            yield name, Knob(lambda n=name: getattr(trainer, n), lambda v, n=name: _put_sampling(trainer, n, v), spec)
+    for name, setting in _SAMPLING.items():
+        if isinstance(setting.read(trainer), (int, float)):  # None (min_p off) stays off
+            yield name, Knob(lambda s=setting: s.read(trainer),
+                             lambda v, n=name, s=setting: _put_sampling(trainer, n, s, v), setting.spec)
     for i, func in enumerate(trainer.reward_func_names):
         yield REWARD_WEIGHT + func, Knob(lambda i=i: float(trainer.reward_weights[i]),
                                          lambda v, i=i: _put_weight(trainer, i, v), _WEIGHT_RANGE)
@@ -76,9 +91,13 @@ def _put_beta(trainer: Any, value: float) -> float:
     return trainer.beta
 
 
-def _put_sampling(trainer: Any, name: str, value: Any) -> Any:
+def _put_sampling(trainer: Any, name: str, setting: _Setting, value: Any) -> Any:
     """The next generation reads the setting from the generation config (transformers) or the vLLM
     client; the temperature also scales the log-probs of the loss, fixed in TRL's fused LM head."""
+    holders = [obj for obj in (getattr(trainer, "generation_config", None), getattr(trainer, "vllm_generation", None))
+               if obj is not None and _holds(setting, obj)]
+    if not holders:
+        raise Refused(f"found no generation settings holding {name} on this trainer")
     if name == "temperature":
         heads = [_closure_cell(m.forward, "_fused_forward", "temperature")
                  for m in (trainer.model, trainer.ref_model) if m is not None]
@@ -87,17 +106,21 @@ def _put_sampling(trainer: Any, name: str, value: Any) -> Any:
                           "only the sampling temperature would make the loss use other log-probs")
         for cell in heads:
             cell.cell_contents = value
-    setattr(trainer, name, value)
-    where = [obj for obj in (getattr(trainer, "generation_config", None), getattr(trainer, "vllm_generation", None))
-             if obj is not None and hasattr(obj, name)]
-    for obj in where:
-        setattr(obj, name, value)
+    setting.write(trainer, value)
+    for obj in holders:
+        setting.write(obj, value)
     kwargs = getattr(trainer, "generation_kwargs", None)
     if isinstance(kwargs, dict) and name in kwargs:
         kwargs[name] = value
-    if not where:
-        raise Refused(f"found no generation settings holding {name} on this trainer")
-    return getattr(where[0], name)
+    return setting.read(holders[0])
+
+
+def _holds(setting: _Setting, obj: Any) -> bool:
+    try:
+        setting.read(obj)
+    except AttributeError:
+        return False
+    return True
 
 
 def _put_weight(trainer: Any, index: int, value: float) -> float:

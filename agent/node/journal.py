@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
+import msgpack
 import numpy as np
 
 from pilothouse.db import open_db
@@ -34,12 +35,17 @@ from pilothouse.wire.records import (
     check_rollouts,
     columnize,
 )
+from pilothouse.wire.rollouts import ROLLOUT_PAGE_BYTES, ROLLOUT_SLACK
 
 _F64 = struct.Struct("<d")
 _ABSENT = object()  # an undo entry for a key that was not there
 Stream = tuple[str, int, str]  # (run, rank, session): one trainer process's records of one rank
 
 SUMMARY_METRICS = 32  # last values per run in a `runs` reply
+
+# a run's rollout batches, on the journal's (run, kind, metric, id) index
+_ROLLOUTS = f"FROM journal WHERE run=? AND kind='{KIND_ROLLOUTS}' AND metric IS NULL"
+_PACKED_STEP = b"\x83\xa4step"  # how a rollout body begins: a 3-key map whose first key is "step"
 
 RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
                "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records")
@@ -489,3 +495,109 @@ class Store:
         rows = self.db.execute("SELECT steps, vals, times FROM journal WHERE run=? AND kind=? AND metric=? "
                                "ORDER BY id", [run, KIND_METRIC, metric]).fetchall()
         return join_chunks(rows)
+
+    # --- rollouts by step ---------------------------------------------------------------
+
+    def rollouts(self, run: str, *, step: int | None = None, last: int = 1, before: int | None = None,
+                 seen: Iterable[int] = (), budget: int = ROLLOUT_PAGE_BYTES) -> tuple[list[Entry], dict | None]:
+        """Rollout batches of ``run``, newest first, below id ``before``: those of ``step``, or of the
+        ``last`` steps logged latest (``seen``: those an earlier page began), up to about ``budget``
+        bytes; and the arguments that fetch the rest (None: nothing is left).
+
+        Why not ``read``: that pages from the start, and the promise is a cost that never grows with
+        the run.  Here it is index seeks and the batches returned.  ``step`` is found by binary search
+        over arrival order, since a trainer logs its steps in order; batches of other steps passed
+        over while gathering one step's are bounded by ROLLOUT_SLACK (ranks interleave)."""
+        if not self.has_run(run):
+            raise LookupError(f"no run with id {run!r}")
+        newest = self._rollout_near(run, INT64_MAX, older=True)
+        if newest is None:
+            raise LookupError(f"run {run} has no rollouts (a trainer logs them with run.log_rollouts)")
+        floor = INT64_MAX  # gathering ``step``: other steps' batches at or below this id are misses
+        below: tuple[int, int] | None = None
+        if before is None:
+            before = newest[0] + 1
+            if step is not None:
+                below = self._step_below(run, step, newest)
+                floor = below[0] if below else 0
+                top = self.db.execute(f"SELECT id {_ROLLOUTS} AND id > ? ORDER BY id LIMIT 1 OFFSET ?",
+                                      [run, floor, ROLLOUT_SLACK - 1]).fetchone()
+                before = top[0] + 1 if top else before
+        steps = list(seen)
+        out: list[Entry] = []
+        size = misses = 0
+        cursor = self.db.execute(f"SELECT id, length(body) {_ROLLOUTS} AND id < ? ORDER BY id DESC", [run, before])
+        try:
+            for entry_id, length in cursor:
+                found = self._rollout_step(entry_id)
+                if step is not None:
+                    if found != step:
+                        misses += entry_id <= floor
+                        if misses > ROLLOUT_SLACK:
+                            break
+                        continue
+                    misses = 0
+                elif found not in steps:
+                    if len(steps) == last:
+                        break
+                    steps.append(found)
+                if out and size + length > budget:
+                    more = {"step": step} if step is not None else {"last": last, "seen": steps}
+                    return out, {**more, "before": out[-1].id}
+                out.append(Entry._make(self.db.execute("SELECT * FROM journal WHERE id=?", [entry_id]).fetchone()))
+                size += length
+        finally:
+            cursor.close()
+        if step is not None and not out:
+            raise LookupError(self._no_step(run, step, below))
+        return out, None
+
+    def _no_step(self, run: str, step: int, below: tuple[int, int] | None) -> str:
+        """What a reader asking for a step with no rollouts is told: the nearest steps that have some."""
+        after = self._rollout_near(run, below[0] + 1 if below else 0, older=False)
+        near = [str(s) for s in (below and below[1], after and after[1]) if s is not None]
+        return f"run {run} has no rollouts at step {step}; the nearest steps with rollouts: {', '.join(near)}"
+
+    def _step_below(self, run: str, step: int, newest: tuple[int, int]) -> tuple[int, int] | None:
+        """(id, step) of the latest batch at or below ``step``, if steps grow with ids: a binary search
+        on ids, one index seek and a few bytes read per probe."""
+        oldest = self._rollout_near(run, 0, older=False)
+        assert oldest is not None  # the run has ``newest``
+        if oldest[1] > step:
+            return None
+        if newest[1] <= step:
+            return newest
+        lo, hi = oldest[0], newest[0]  # the batch at or below lo is at or below ``step``; at or below hi, past it
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            probe = self._rollout_near(run, mid, older=True)
+            assert probe is not None
+            if probe[1] <= step:
+                lo = mid
+            else:
+                hi = mid
+        return self._rollout_near(run, lo, older=True)
+
+    def _rollout_near(self, run: str, entry_id: int, older: bool) -> tuple[int, int] | None:
+        """(id, step) of the run's rollout batch nearest ``entry_id``: at or below it, or at or above."""
+        sql = f"SELECT id {_ROLLOUTS} AND id <= ? ORDER BY id DESC LIMIT 1" if older else \
+            f"SELECT id {_ROLLOUTS} AND id >= ? ORDER BY id LIMIT 1"
+        row = self.db.execute(sql, [run, entry_id]).fetchone()
+        return None if row is None else (row[0], self._rollout_step(row[0]))
+
+    def _rollout_step(self, entry_id: int) -> int:
+        """A batch's step from the first bytes of its body (``_entries`` packs the step first), so a
+        search reads a few bytes of each batch it passes, not the batch (SQL's substr reads it all)."""
+        with self.db.conn.blobopen("journal", "body", entry_id, readonly=True) as blob:
+            head = blob.read(16)
+        if head.startswith(_PACKED_STEP):
+            unpacker = msgpack.Unpacker()
+            unpacker.feed(head[len(_PACKED_STEP):])
+            try:
+                step = unpacker.unpack()
+            except (msgpack.OutOfData, ValueError):
+                step = None
+            if type(step) is int:
+                return step
+        body = self.db.execute("SELECT body FROM journal WHERE id=?", [entry_id]).fetchone()[0]
+        return unpack_blob(body)["step"]  # a body packed some other way

@@ -43,6 +43,7 @@ from pilothouse.wire.messages import (
     message,
     pack,
 )
+from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS
 from pilothouse.wire.urls import check_url, is_loopback
 
 log = logging.getLogger("pilothouse.agent")
@@ -118,7 +119,7 @@ class Agent:
             "ping": self._op_ping, "runs": self._op_runs, "resolve": self._op_resolve, "read": self._op_read,
             "alerts": self.alerts.op_alerts, "alert_add": self.alerts.op_alert_add,
             "alert_rm": self.alerts.op_alert_rm, "key_metric": self._op_key_metric,
-            "key_metric_set": self._op_key_metric_set,
+            "key_metric_set": self._op_key_metric_set, "rollouts": self._op_rollouts,
         }
         self._held_ops = {"command": self.commands.op_command, "command_status": self.commands.op_command_status}
 
@@ -609,6 +610,25 @@ class Agent:
         limit = min(query_arg(args, "limit_points", int, MAX_PAGE_POINTS), MAX_PAGE_POINTS)
         entries, cursor = self.store.read(after, run=run, kinds=check_kinds(args.get("kinds")), limit_points=limit)
         return {"entries": entries, "cursor": cursor}
+
+    def _op_rollouts(self, args: dict) -> dict:
+        """A run's rollouts of one step or of its latest steps, without reading the run from its start;
+        ``next``: the arguments of the query that fetches the rest (see Store.rollouts)."""
+        run = query_arg(args, "run", str)
+        step, before, seen = args.get("step"), args.get("before"), args.get("seen", [])
+        if step is not None and "last" in args:
+            raise ValueError("ask for one step or for the last steps, not both")
+        if step is not None:
+            check_int(step, "step")
+        last = check_int(args.get("last", 1), "last", 1, MAX_ROLLOUT_STEPS)
+        if before is not None:
+            check_int(before, "before", 1)
+        if not isinstance(seen, list) or len(seen) > last:
+            raise TypeError(f"seen must be a list of at most {last} steps")
+        for s in seen:
+            check_int(s, "a seen step")
+        entries, more = self.store.rollouts(run, step=step, last=last, before=before, seen=seen)
+        return {"entries": entries, "next": more}
 
 
 def _tune(sock: zmq.Socket) -> None:
