@@ -3,12 +3,13 @@
 It trains from scratch on a CPU in well under a minute, so the reward visibly rises, and
 every steerable knob (lr, kl_coef, temperature) changes what the curves do.
 
-    python -m pilothouse.demo.grpo --agent tcp://127.0.0.1:7766 --name a [--steps 2000]
+    python -m pilothouse.demo.grpo --agent tcp://127.0.0.1:7766 --name a [--steps 2000] [--pace 0.2]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from pathlib import Path
 
@@ -98,7 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--agent", required=True, help="the agent's URL, e.g. tcp://127.0.0.1:7766")
     p.add_argument("--name", required=True, help="run name")
     p.add_argument("--project", default="grpo-demo")
-    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--id", default=None, help="run id (default: a new one)")
+    p.add_argument("--steps", type=int, default=2000, help="0: train until stopped")
+    p.add_argument("--pace", type=float, default=0.0, help="each step takes at least this many seconds")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--kl-coef", type=float, default=0.05)
     p.add_argument("--temperature", type=float, default=1.0)
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)  # tiny matrices: more threads only add contention
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    run = ph.init(project=args.project, name=args.name, agent=args.agent,
+    run = ph.init(project=args.project, name=args.name, agent=args.agent, id=args.id,
                      config={"lr": args.lr, "kl_coef": args.kl_coef, "temperature": args.temperature,
                              "group_size": args.group, "seed": args.seed},
                      tunable={"lr": {"min": 0.0, "max": 1.0}, "kl_coef": {"min": 0.0, "max": 10.0},
@@ -129,9 +132,12 @@ def main(argv: list[str] | None = None) -> None:
     ph.torch.bind_checkpoints(run, policy, optimizer, directory=Path(args.checkpoint_dir) / run.id)  # paused too
     group = run.config["group_size"]
 
-    for step in range(args.steps):
+    due = time.monotonic()  # when the next step may start, at --pace
+    for step in range(args.steps) if args.steps else itertools.count():
         if run.sync(step).stop:
             break
+        time.sleep(max(0.0, due - time.monotonic()))
+        due = time.monotonic() + args.pace
         started = time.perf_counter()
         temperature, kl_coef = run.config["temperature"], run.config["kl_coef"]
 
