@@ -11,6 +11,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pilothouse.wire.metric_order import by_importance, importance
+
 RunKey = tuple[str, str]  # (agent URL, run id): run ids are only unique per agent
 
 # Lower sorts first: what needs a human goes to the top.
@@ -127,13 +129,15 @@ class RunsModel:
 
 
 def metric_groups(names: Iterable[str]) -> dict[str, list[str]]:
-    """Group metric names by the prefix before the first "/" ("reward/mean" -> "reward");
-    names without one go to group "".  Groups sorted by name, "" last; names sorted in each."""
+    """Charts in the order a researcher reads them: grouped by the prefix before the first "/"
+    ("rewards/a/mean" -> "rewards"; a name without one is a group of its own), the groups and the
+    names in each by importance (``pilothouse.wire.metric_order``), so a TRL run opens on
+    ``reward`` and its KL, not on five flat ``clip_ratio/*`` charts."""
     groups: dict[str, list[str]] = {}
-    for name in sorted(set(names)):
+    for name in by_importance(set(names)):
         prefix, sep, _ = name.partition("/")
-        groups.setdefault(prefix if sep else "", []).append(name)
-    return dict(sorted(groups.items(), key=lambda kv: (kv[0] == "", kv[0])))
+        groups.setdefault(prefix if sep else name, []).append(name)
+    return dict(sorted(groups.items(), key=lambda kv: importance(kv[1][0])))
 
 
 def flatten(config: dict, prefix: str = "") -> dict[str, Any]:

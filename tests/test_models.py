@@ -68,10 +68,20 @@ def test_selection_survives_filtering_and_updates():
     assert m.selected() == []
 
 
-def test_metric_groups_by_prefix():
-    assert metric_groups(["reward/std", "kl", "reward/mean", "completions/len", "loss", "kl"]) == {
-        "completions": ["completions/len"], "reward": ["reward/mean", "reward/std"], "": ["kl", "loss"]}
+def test_metric_groups_by_prefix_and_importance():
+    assert metric_groups(["reward/std", "kl", "reward/mean", "completions/len", "loss", "kl", "zeta"]) == {
+        "reward": ["reward/std", "reward/mean"], "kl": ["kl"], "loss": ["loss"],
+        "completions": ["completions/len"], "zeta": ["zeta"]}
     assert metric_groups([]) == {}
+
+
+def test_a_trl_run_opens_on_its_reward():
+    trl = ["clip_ratio/high_max", "clip_ratio/low_mean", "completions/mean_length", "entropy", "frac_reward_zero_std",
+           "grad_norm", "kl", "learning_rate", "loss", "num_tokens", "reward", "reward_std",
+           "rewards/letter_a/mean", "rewards/letter_a/std", "step_time"]
+    order = [m for group in metric_groups(trl).values() for m in group]
+    assert order[0] == "reward" and order.index("kl") < order.index("loss") < order.index("entropy")
+    assert max(order.index(m) for m in trl if m.startswith("clip_ratio/")) > order.index("completions/mean_length")
 
 
 def test_config_diff_names_keys_that_differ_or_are_missing():
