@@ -62,6 +62,7 @@ class LocalStore:
                                   "n": int, "steps": bytes, "vals": bytes, "times": bytes, "body": bytes},
                                  pk=("agent", "id"), if_not_exists=True)
             db["entries"].create_index(["agent", "run", "kind", "metric", "id"], if_not_exists=True)
+            db["settings"].create({"key": str, "value": bytes}, pk="key", if_not_exists=True)
 
     def close(self) -> None:
         self.db.conn.close()
@@ -146,6 +147,16 @@ class LocalStore:
             yield
         finally:
             self.db.execute("COMMIT")
+
+    def selection(self) -> list[tuple[str, str]]:
+        """The runs selected when the app last closed or changed its selection, as (agent, run id)."""
+        row = self.db.execute("SELECT value FROM settings WHERE key='selection'").fetchone()
+        keys = unpack_blob(row[0]) if row else []
+        return [(k[0], k[1]) for k in keys if isinstance(k, list) and len(k) == 2] if isinstance(keys, list) else []
+
+    def remember_selection(self, keys: Sequence[tuple[str, str]]) -> None:
+        with transaction(self.db):
+            self.db.execute("INSERT OR REPLACE INTO settings VALUES ('selection', ?)", [pack([list(k) for k in keys])])
 
     def runs(self, agent: str | None = None) -> list[dict]:
         """Run dicts as the agent last reported them, each with its ``agent`` URL added."""

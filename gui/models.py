@@ -128,6 +128,24 @@ class RunsModel:
         return list(self._selected)
 
 
+LIVE = ("running", "paused")
+
+
+def first_screen(rows: Iterable[RunRow], remembered: Iterable[RunKey] = ()) -> list[RunKey]:
+    """What the app charts when it opens: the runs the user had selected, where they still exist;
+    else the live runs of the most recent project (else its newest run), so the first screen is
+    never an empty "select a run" when runs are training."""
+    rows = list(rows)
+    known = {row.key for row in rows}
+    kept = [key for key in remembered if key in known]
+    if kept or not rows:
+        return kept
+    project = max(rows, key=lambda r: r.created).project
+    mine = sorted((r for r in rows if r.project == project), key=lambda r: r.created)
+    live = [r.key for r in mine if r.status in LIVE]
+    return live or [mine[-1].key]
+
+
 def metric_groups(names: Iterable[str]) -> dict[str, list[str]]:
     """Charts in the order a researcher reads them: grouped by the prefix before the first "/"
     ("rewards/a/mean" -> "rewards"; a name without one is a group of its own), the groups and the

@@ -152,3 +152,37 @@ def test_theme_and_shortcuts(window, qtbot):
     assert {"Ctrl+P", "Ctrl+R", "Ctrl+S", "Ctrl+N", "Ctrl+F", "Ctrl+E", "Alt+3"} <= set(by_key)
     by_key[QKeySequence("Alt+3").toString()].trigger()
     assert w.tabs.currentWidget() is w.rollouts
+
+
+def test_the_app_opens_on_the_live_runs_of_the_newest_project_then_on_the_last_selection(window, qtbot,
+                                                                                          agent_proc):
+    import pilothouse as ph
+
+    old = ph.init(project="old", name="done", agent=agent_proc.url)
+    old.log({"loss": 1.0}, step=0)
+    assert old.finish()
+    live = [ph.init(project="new", name=name, agent=agent_proc.url, heartbeat=0.2) for name in ("a", "b")]
+    ended = ph.init(project="new", name="c-finished", agent=agent_proc.url)
+    ended.log({"loss": 1.0}, step=0)
+    assert ended.finish()
+    for run in live:
+        run.log({"reward": 1.0, "loss": 0.5}, step=0)
+        assert run.flush()
+    w = window([agent_proc.url])
+    try:
+        qtbot.waitUntil(lambda: len(w.runs.selected()) == 2, timeout=15000)  # nobody clicked anything
+        assert {key[1] for key in w.runs.selected()} == {run.id for run in live}
+        qtbot.waitUntil(lambda: {"reward", "loss"} <= set(w.charts.charts), timeout=10000)
+        assert w.charts.grid.itemAtPosition(0, 0).widget() is w.charts.charts["reward"]  # first, before loss
+        row = next(i for i in range(w.table_model.rowCount()) if w.table_model.row_at(i).run_id == old.id)
+        w.table.selectRow(row)  # the user's own choice...
+        qtbot.waitUntil(lambda: [k[1] for k in w.runs.selected()] == [old.id], timeout=5000)
+    finally:
+        w.close()
+    again = window([agent_proc.url])  # ...is what the app opens on next time
+    try:
+        qtbot.waitUntil(lambda: [k[1] for k in again.runs.selected()] == [old.id], timeout=15000)
+    finally:
+        again.close()
+        for run in live:
+            run.finish()

@@ -33,12 +33,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pilothouse.text import event_line, printable  # the same lines as `pilothouse events`
+from pilothouse.event_text import event_lines  # the same sentences as `pilothouse events`
+from pilothouse.text import printable
 from pilothouse.wire.entries import KIND_EVENT, Entry, entry_body
 
 from ..alerts import Alert, AlertBook, Marker, is_alert, place
 from ..local_store import LocalStore
-from ..models import RunKey, RunsModel
+from ..models import RunKey, RunsModel, first_screen
 from ..network import Health, Links
 from .alerts import AlertsPanel, Notifier
 from .calls import Calls
@@ -46,7 +47,8 @@ from .charts import ChartsPanel
 from .config import ConfigPanel
 from .export import export_chart_png, export_run_csv
 from .rollouts import RolloutsPanel
-from .runs_table import RunsTableModel
+from .runs_table import COLUMNS, RunsTableModel
+from .status_icons import StatusDelegate
 from .system import SystemPanel
 from .theme import apply_theme
 
@@ -85,6 +87,7 @@ class MainWindow(QMainWindow):
         self._rows_dirty = True
         self._alerts_dirty = True
         self._closed = False
+        self._opened = False  # the first screen (the last selection, else the live runs) is shown
         self._build()
         self.bridge.batch.connect(self._on_batch)
         self.bridge.health.connect(self._on_health)
@@ -108,6 +111,7 @@ class MainWindow(QMainWindow):
         self.table.verticalHeader().hide()
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setWordWrap(False)
+        self.table.setItemDelegateForColumn(COLUMNS.index("status"), StatusDelegate(self.table))  # drawn icons
         self.table.selectionModel().selectionChanged.connect(self._on_select)
         left = QWidget()
         column = QVBoxLayout(left)
@@ -239,6 +243,12 @@ class MainWindow(QMainWindow):
             selected = self.runs.selected()
             self.table_model.refresh()
             self._reselect(selected)
+            if not self._opened and self.runs.rows():
+                self._opened = True
+                first = first_screen(self.runs.rows(), self.store.selection())
+                if first:
+                    self._reselect(first)
+                    self._on_select()
             self.table.resizeColumnsToContents()
             self.center.setCurrentWidget(self.tabs if self.links.agents() or self.runs.rows() else self.empty)
         self.charts.redraw()
@@ -255,6 +265,7 @@ class MainWindow(QMainWindow):
         self.runs.clear_selection()
         for key in keys:
             self.runs.select(key)
+        self.store.remember_selection(keys)
         self.charts.show_runs(keys, self.store)
         self.charts.show_alerts({k: self._markers(k) for k in keys})
         self.rollouts.show_runs(keys, self.store)
@@ -278,7 +289,7 @@ class MainWindow(QMainWindow):
         if key is None:
             self.events.setPlainText("")
             return
-        self.events.setPlainText("\n".join(event_line(e) for e in self.store.events(*key)))
+        self.events.setPlainText("\n".join(event_lines(self.store.events(*key))))
 
     # --- alerts ---------------------------------------------------------------------------
 
