@@ -219,6 +219,7 @@ class Client:
                 "who": {"user": getpass.getuser(), "host": socket.gethostname(), "client": "cli", **(who or {})}}
         deadline = time.monotonic() + wait
         row: dict | None = None
+        silence: AgentUnavailable | str = f"no answer from the agent at {self.url} within {wait:g} s"
         while (left := deadline - time.monotonic()) > 0:
             hold = min(left, HOLD)  # the agent answers when the trainer's ack commits, or after this
             try:
@@ -227,10 +228,13 @@ class Client:
             except AgentUnavailable as exc:
                 if exc.refused:
                     raise
+                silence = exc
                 continue  # the agent restarts or is busy: ask again with the same id
             if row["state"] in ACK_STATES:  # the trainer answered (or the agent refused)
                 return row
-        return {**(row or {"cid": cid, "run": run, "cmd": cmd}), "state": "timeout"}
+        if row is None:  # the agent never answered: nothing says the command is queued anywhere
+            raise AgentUnavailable(f"{silence}; command {cid} may not have reached it")
+        return {**row, "state": "timeout"}
 
     # --- alerts -----------------------------------------------------------------------------
 

@@ -19,8 +19,11 @@ print(run.id, flush=True)
 used = {"lr": run.config["lr"], "clip": run.config["clip"]}
 
 
-def optimizer(changes):  # the training code's own copy of the settings
-    used.update(changes)
+def optimizer(changes):  # the training code's own copy of the settings, one key after the other
+    for key, value in changes.items():
+        if key == "clip" and value > 8:
+            raise Refused("clip above 8 would overflow")
+        used[key] = value
     if "lr" in changes:
         return {"lr": Effect(changes["lr"] / 2, "halved during warmup")}
 
@@ -64,11 +67,15 @@ def test_refused_change_is_undone_and_effects_are_said(agent_proc, tmp_path):
     proc, run_id = _start(tmp_path, agent_proc.url, "nosaver")
     with agent_proc.client() as c:
         wait_until(lambda: c.series(run_id, "loss")[0].size > 3, what="first steps")
-        refused = c.command(run_id, "set", {"clip": 9.0}, wait=10)
+        refused = c.command(run_id, "set", {"clip": 6.0}, wait=10)
         assert refused["state"] == "rejected" and "fp16" in refused["detail"], refused
-        wait_until(lambda: c.series(run_id, "clip")[0][-1] > refused["step"] + 2, what="steps after the refusal")
-        steps, clips, _ = c.series(run_id, "clip")
-        assert set(clips.tolist()) == {1.0}  # the first callback had taken clip=9: it was put back at once
+        halfway = c.command(run_id, "set", {"lr": 9e-3, "clip": 9.0}, wait=10)
+        assert halfway["state"] == "rejected" and "overflow" in halfway["detail"], halfway
+        wait_until(lambda: c.series(run_id, "clip")[0][-1] > halfway["step"] + 2, what="steps after the refusals")
+        _, clips, _ = c.series(run_id, "clip")
+        _, lrs, _ = c.series(run_id, "lr")
+        assert set(clips.tolist()) == {1.0}  # the first callback had taken clip=6: it was put back at once
+        assert set(lrs.tolist()) == {1e-3}  # and lr=9e-3, taken before clip=9 was refused in the same callback
         changed = c.command(run_id, "set", {"lr": 4e-3, "clip": 2.0}, wait=10)
         assert changed["state"] == "applied", changed
         assert changed["applied"] == {"lr": 2e-3, "clip": 2.0}  # in effect, not as asked

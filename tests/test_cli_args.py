@@ -201,7 +201,8 @@ def test_usage_errors(capsys, args, why):
 
 # --- no agent ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [("runs",), ("runs", "--json"), ("tail", "r1"), ("export", "r1"), ("rollouts", "r1")])
+@pytest.mark.parametrize("args", [("runs",), ("runs", "--json"), ("tail", "r1"), ("export", "r1"), ("rollouts", "r1"),
+                                  ("pause", "r1"), ("set", "r1", "lr=1")])  # never "the command stays queued"
 def test_commands_without_an_agent_fail_within_the_timeout(capsys, args):
     url = f"tcp://127.0.0.1:{free_port()}"
     started = time.monotonic()

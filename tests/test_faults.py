@@ -421,3 +421,25 @@ def test_trainers_killed_while_paused_and_while_the_agent_is_down_show_crashed(t
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+RAISES = """
+run = ph.init(project="faults", name="raises", agent=URL, heartbeat=0.2)
+print(run.id, flush=True)
+for s in range(5):
+    run.log({"x": float(s)}, step=s)
+raise RuntimeError("loss exploded at step 4")
+"""
+
+
+def test_a_trainer_that_raises_ends_crashed_with_its_error(tmp_path, agent_proc):
+    """An uncaught exception is not a finished run: on-call must see the crash and why at once."""
+    proc = start_trainer(tmp_path, RAISES, agent_proc.url)
+    run_id = proc.stdout.readline().strip()
+    proc.wait(timeout=30)
+    assert proc.returncode == 1 and "RuntimeError: loss exploded" in proc.stderr.read()  # Python's own report
+    row = run_row(agent_proc.url, run_id)
+    assert row["status"] == "crashed" and row["last_step"] == 4  # everything logged was kept
+    with Client(agent_proc.url) as c:
+        last = run_events(c, run_id, "status")[-1]
+    assert last["status"] == "crashed" and last["reason"] == "RuntimeError: loss exploded at step 4"

@@ -192,3 +192,25 @@ def test_a_callback_no_trainer_calls_says_so(tmp_path):
     with pytest.raises(RuntimeError, match="found no Trainer calling it"):
         callback.on_train_begin(args, TrainerState(), TrainerControl())
     assert callback.run is None  # nothing was started
+
+
+@pytest.mark.parametrize("config, why", [
+    ({"temperature": 0.0}, "temperature=0.0 must be greater than 0"),
+    ({"temperature": "hot"}, "temperature must be float"),
+    ({"beta": 0.1}, "TRL loaded no reference model"),
+])
+def test_a_bad_start_value_in_the_runs_config_stops_training_before_it_starts(agent_proc, tmp_path, monkeypatch,
+                                                                            config, why):
+    import pilothouse as ph
+    from pilothouse.hf import PilothouseCallback
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    from trl_grpo import make_trainer
+
+    run = ph.init("trl", name="bad-start", config=config, agent=agent_proc.url, tunable={})
+    trainer = make_trainer(3, str(tmp_path), callbacks=[PilothouseCallback(run)])
+    with pytest.raises(ValueError, match=why):
+        trainer.train()
+    assert trainer.state.global_step == 0 and trainer.temperature == 1.0 and trainer.beta == 0.0
+    assert run.finish()

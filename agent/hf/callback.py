@@ -18,10 +18,11 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from pilothouse.hf.knobs import trainer_knobs
+from pilothouse.hf.knobs import Knob, trainer_knobs
 from pilothouse.hf.rollouts import GRPORollouts
 from pilothouse.torch import bind_optimizer
 from pilothouse.trainer.run import Run, init
+from pilothouse.wire.tuning import coerce, safe_bounds
 
 DEFAULT_PROJECT = "huggingface"  # as W&B's callback: $PILOTHOUSE_PROJECT, else this
 _OPTIMIZER_KEYS = {"learning_rate": "lr", "weight_decay": "weight_decay"}
@@ -90,7 +91,7 @@ class PilothouseCallback(TrainerCallback):
         run.adapt(values, {**{k: None for k in optimizer_keys}, **{n: k.spec for n, k in knobs.items()}})
         for name, knob in knobs.items():  # a value the run's config holds is the one to train with
             if name in run.config and run.config[name] != knob.get():
-                knob.put(run.config[name])
+                knob.put(_checked(name, run.config[name], knob))
         run.on_change(lambda changes: {k: knobs[k].put(v) for k, v in changes.items()}, knobs)
         run.on_checkpoint(self._save_while_paused)
         if GRPORollouts.fits(trainer) and self.rollouts_per_step != 0:
@@ -149,6 +150,15 @@ class PilothouseCallback(TrainerCallback):
         trainer = self.trainer
         trainer._save_checkpoint(trainer.model, trial=None)
         return _checkpoint_dir(trainer.args, trainer.state)
+
+
+def _checked(name: str, value: Any, knob: Knob) -> Any:
+    """A start value from the run's config, held to the knob's bounds as a live change would be."""
+    kind = "float" if isinstance(knob.get(), float) else "int"
+    try:
+        return coerce(name, value, {"type": kind, **(knob.spec or safe_bounds(name))})
+    except ValueError as exc:
+        raise ValueError(f"the run's config cannot start this trainer: {exc}") from None
 
 
 def _calling_trainer(callback: PilothouseCallback) -> Any:

@@ -146,7 +146,9 @@ class CommandDesk:
         """Why the agent refuses a command before it reaches the trainer, or None."""
         row = self.store.run_row(run)
         status = self.liveness.status(run)
-        if row["kind"] != "train" or status not in ("running", "paused", "stale"):
+        if row["kind"] != "train":
+            return f"run {run} is the node's system run (GPU and host usage): it has nothing to steer"
+        if status not in ("running", "paused", "stale"):
             return f"run {run} is {status}: only a running run can be steered"
         if at_step is not None and cmd != "set":
             return "--at-step applies to set only"

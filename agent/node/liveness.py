@@ -77,13 +77,13 @@ class Liveness:
         if live is not None and live.status in ("running", "paused") and (live.status == "paused") != paused:
             self.set_status(run, "paused" if paused else "running", now, "heartbeat")
 
-    def finished(self, run: str) -> bool:
-        """Mark the run's process finished; False if it already was (a repeated finish)."""
+    def finished(self, run: str, status: str = "finished") -> bool:
+        """Mark the run's process ended (finished, or crashed as it said); False if it already was."""
         live = self.runs.get(run)
-        if live is not None and live.status == "finished":
+        if live is not None and live.status in ("finished", "crashed"):
             return False
         if live is not None:
-            live.status = "finished"
+            live.status = status
         return True
 
     def verdicts(self, now: float) -> list[tuple[str, str, float]]:

@@ -483,9 +483,14 @@ class Agent:
             self._reply(ident, message("nack", run=run, rank=rank, expect=have + 1,
                                        reason="hello" if not self.store.has_run(run) else "gap"))
             return
-        if rank == 0 and self.liveness.finished(run):  # the run ends with rank 0
-            self.store.set_status(run, "finished", now)
-            self.commands.close(run, "the run finished before applying it", now)
+        ending = "crashed" if msg.get("status") == "crashed" else "finished"
+        if rank == 0 and self.liveness.finished(run, ending):  # the run ends with rank 0
+            if ending == "crashed":  # the training code raised: its process said why
+                self.store.set_status(run, "crashed", now, reason=msg.get("error", ""))
+                self.commands.close(run, "the trainer crashed before applying it", now)
+            else:
+                self.store.set_status(run, "finished", now)
+                self.commands.close(run, "the run finished before applying it", now)
         self._reply(ident, message("finished", run=run, rank=rank))
         self.sessions.release(*_stream(msg))
 

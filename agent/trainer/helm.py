@@ -161,18 +161,20 @@ class Helm:
             for callback, keys in self.callbacks:
                 mine = {k: v for k, v in values.items() if keys is None or k in keys}
                 if mine:
+                    done.append((callback, mine))  # before the call: one that refuses half-way is put back too
                     reported = callback(dict(mine)) or {}
-                    done.append((callback, mine))
                     effects.update({k: r if isinstance(r, Effect) else Effect(r) for k, r in reported.items()})
         except ValueError as exc:
             for key in values:
                 if key in before:
                     self.config[key] = before[key]
             for callback, mine in reversed(done):  # put back what was already changed
-                callback({k: before[k] for k in mine if k in before})
+                old = {k: before[k] for k in mine if k in before}
+                if old:
+                    callback(old)
             self.ack(cmd["cid"], "set", "rejected", step, f"not applied: {exc}")
             return {}
-        text = " ".join(f"{k}={e.value!r}" + (f" ({e.why})" if e.why else "") for k, e in effects.items())
+        text = " ".join(f"{k}={_shown(e.value)}" + (f" ({e.why})" if e.why else "") for k, e in effects.items())
         self.ack(cmd["cid"], "set", "applied", step, f"{text} applied at step {step}",
                  {k: e.value for k, e in effects.items()}, config=values)
         return values
@@ -203,3 +205,8 @@ class Helm:
                 return None
             keys |= mine
         return keys
+
+
+def _shown(value: Any) -> str:
+    """A value as a person reads it: 0.2, not 0.20000000298023224 read back from a float32 tensor."""
+    return f"{value:.6g}" if type(value) is float else repr(value)

@@ -81,6 +81,7 @@ class Outbox:
         self.heartbeat_interval = heartbeat_interval
         self.resend_after = resend_after
         self.last_step = -1
+        self.error: str | None = None  # why the run ended, if the training code raised: it ends "crashed"
         self._ctx = context or zmq.Context.instance()
         self._batches: collections.deque[Batch] = collections.deque()
         self._next_seq = 1
@@ -260,7 +261,8 @@ class Outbox:
         if (self._finish_seq is not None and self._finish_seq >= 0 and not batches
                 and now - self._finish_sent_at > self.resend_after / 4):
             self._finish_sent_at = now
-            self._send_msg({**self._state("finish"), "seq": self._finish_seq, "status": "finished"})
+            ending = {"status": "crashed", "error": self.error} if self.error else {"status": "finished"}
+            self._send_msg({**self._state("finish"), "seq": self._finish_seq, **ending})
 
     def _send_acks(self) -> None:
         while self._acks:

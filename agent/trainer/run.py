@@ -12,6 +12,7 @@ import math
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 import types
@@ -34,7 +35,7 @@ from pilothouse.wire.checks import (
     check_run_id,
     normal_name,
 )
-from pilothouse.wire.messages import MAX_HELLO_BYTES, MAX_INBOUND_BYTES, message, pack
+from pilothouse.wire.messages import MAX_ERROR_CHARS, MAX_HELLO_BYTES, MAX_INBOUND_BYTES, message, pack
 from pilothouse.wire.records import MAX_METRICS_PER_RUN, REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS, check_rollouts
 from pilothouse.wire.tuning import build_schema
 from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT, check_url
@@ -250,12 +251,15 @@ class Run:
         """Wait until the agent acknowledged everything logged so far."""
         return self._outbox.flush(timeout, self._records)
 
-    def finish(self, timeout: float = 10.0) -> bool:
-        """Deliver what is buffered and mark the run finished; False if the agent did not confirm."""
+    def finish(self, timeout: float = 10.0, error: str | None = None) -> bool:
+        """Deliver what is buffered and mark the run finished (``error``: crashed, and why); False if
+        the agent did not confirm."""
         with self._lock:
             if self._closed:
                 return True
             self._closed = True
+        if error is not None:
+            self._outbox.error = error[:MAX_ERROR_CHARS]
         delivered = self._outbox.close(timeout)
         _OPEN_RUNS.discard(self)
         if not delivered:
@@ -328,7 +332,22 @@ def _new_id() -> str:
     return "".join(secrets.choice(alphabet) for _ in range(8))
 
 
+_CRASHES: list[str] = []  # the uncaught exception the process is exiting with, if any
+_previous_excepthook = sys.excepthook
+
+
+def _note_crash(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """Python calls this for an uncaught exception, before the atexit handlers: runs still open then
+    end "crashed" with the error, not "finished" (which would hide a crash from on-call)."""
+    _CRASHES.append(f"{kind.__name__}: {exc}")
+    _previous_excepthook(kind, exc, tb)
+
+
+sys.excepthook = _note_crash
+
+
 @atexit.register
 def _finish_open_runs() -> None:
+    error = _CRASHES[-1] if _CRASHES else None
     for run in list(_OPEN_RUNS):
-        run.finish(timeout=5.0)
+        run.finish(timeout=5.0, error=error)

@@ -132,9 +132,14 @@ def _check_hb(msg: dict) -> None:
 def _check_finish(msg: dict) -> None:
     _check_hb(msg)
     _wrap(check_int, msg.get("seq"), "'finish' seq")
+    if msg.get("status", "finished") not in ("finished", "crashed"):
+        raise ProtocolError("'finish' status must be finished or crashed")
+    if "error" in msg and (not isinstance(msg["error"], str) or len(msg["error"]) > MAX_ERROR_CHARS):
+        raise ProtocolError(f"'finish' error must be text of at most {MAX_ERROR_CHARS} characters")
 
 
 COMMANDS = ("pause", "resume", "set", "checkpoint", "stop")
+MAX_ERROR_CHARS = 2000  # why a trainer crashed, as it says
 ACK_STATES = ("applied", "rejected", "scheduled")
 
 

@@ -68,16 +68,19 @@ def build_schema(config: Mapping[str, Any], tunable: Mapping[str, Mapping[str, A
     return schema
 
 
-def _safe_range(key: str, value: Any, kind: str) -> dict[str, float]:
+def safe_bounds(key: str) -> dict[str, float]:
+    """The SAFE_RANGES bounds of a name (matched on its last dotted/slashed part), or none."""
     name = re.split(r"[./]", key)[-1]
-    for pattern, bounds in SAFE_RANGES:
-        if pattern.search(name):
-            try:
-                coerce(key, value, {"type": kind, **bounds})
-            except ValueError:
-                return {}
-            return dict(bounds)
-    return {}
+    return next((dict(bounds) for pattern, bounds in SAFE_RANGES if pattern.search(name)), {})
+
+
+def _safe_range(key: str, value: Any, kind: str) -> dict[str, float]:
+    bounds = safe_bounds(key)
+    try:
+        coerce(key, value, {"type": kind, **bounds})
+    except ValueError:
+        return {}
+    return bounds
 
 
 def check_schema(schema: Any) -> dict[str, dict[str, Any]]:
