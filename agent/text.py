@@ -1,4 +1,5 @@
-"""Text a person types or reads, shared by the CLI and the app: agent URLs, values, events, exports."""
+"""Text a person types or reads, shared by the CLI and the app: agent URLs, values, exports (events:
+``pilothouse.event_text``)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ import csv
 import json
 import math
 import re
-import time
 from collections.abc import Iterator
 from typing import IO, Any
 
 from pilothouse.wire.checks import INT64_MAX, check_int
-from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, entry_body, entry_points
+from pilothouse.wire.entries import entry_points
 from pilothouse.wire.urls import check_url
 
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
@@ -70,52 +70,6 @@ def parse_assignment(text: str) -> tuple[str, Any]:
 
 def fmt_value(v: float) -> str:
     return f"{v:.6g}"
-
-
-def tail_lines(entries: list) -> Iterator[tuple[str, bool]]:
-    """One line per step with every metric of that step; events on lines of their own."""
-    steps: dict[int, dict[str, float]] = {}
-    for e in entries:
-        if e.kind == KIND_METRIC:
-            s, v, _ = entry_points(e)
-            for step, value in zip(s.tolist(), v.tolist()):
-                steps.setdefault(step, {})[e.metric] = value
-    for step in sorted(steps):
-        yield printable(f"step {step:>8}  " + "  ".join(f"{k}={fmt_value(v)}" for k, v in steps[step].items())), False
-    for e in entries:
-        if e.kind == KIND_EVENT:
-            body = entry_body(e)
-            detail = " ".join(f"{k}={v}" for k, v in body.items() if k not in ("event", "time"))
-            yield printable(f"-- {body['event']}: {detail}"), body.get("status") in ("finished", "crashed")
-
-
-def event_line(body: dict) -> str:
-    """One readable line per audit event."""
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(body.get("time", 0)))
-    kind = body.get("event", "?")
-    if kind == "command":
-        extra = " ".join(f"{k}={v!r}" for k, v in (body.get("values") or {}).items())
-        at = f" at step {body['at_step']}" if body.get("at_step") is not None else ""
-        text = f"{body.get('cmd')} {extra}{at} by {_sender(body.get('who') or {})} id={body.get('cid')}"
-    elif kind == "alert":
-        step = "" if body.get("step") is None else f" at step {body['step']}"
-        actions = f" -> {', '.join(body['actions'])}" if body.get("actions") else ""
-        text = f"{body.get('rule')} {body.get('state')}{step} ({body.get('kind')}): {body.get('detail')}{actions}"
-    elif kind in ("ack", "checkpoint"):
-        step = "" if body.get("step") is None else f" at step {body['step']}"
-        text = f"{body.get('cmd')} {body.get('state')}{step}: {body.get('detail')} id={body.get('cid')}"
-    else:
-        text = " ".join(f"{k}={v}" for k, v in body.items() if k not in ("event", "time"))
-    return printable(f"{when}  {kind:<10}  {text}")
-
-
-def _sender(who: dict) -> str:
-    claimed = f"{who.get('user', '?')}@{who.get('host', '?')} ({who.get('client', '?')})"
-    if who.get("via") == "alert":
-        return f"alert rule {who.get('rule')}"
-    if who.get("via") == "curve":
-        return f"{who.get('name')} [key {str(who.get('key'))[:12]}...] as {claimed}"
-    return claimed
 
 
 def write_points(pages: Iterator[Any], out: IO[str], fmt: str) -> int:

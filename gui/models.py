@@ -189,3 +189,13 @@ def config_diff(configs: dict[Hashable, dict]) -> set[str]:
     keys = set().union(*flat) if flat else set()
     return {k for k in keys
             if any(not _same(f.get(k, _MISSING), flat[0].get(k, _MISSING)) for f in flat[1:])}
+
+
+def run_labels(names: Mapping[RunKey, str]) -> dict[RunKey, str]:
+    """What the compared runs are called in legends and column headers: the run's name, or its
+    id when it has none; a name that two of them share gets the id too ("base (kv0wszws)")."""
+    shown = {key: name or key[1] for key, name in names.items()}
+    counts: dict[str, int] = {}
+    for label in shown.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {key: f"{label} ({key[1]})" if counts[label] > 1 else label for key, label in shown.items()}

@@ -160,3 +160,37 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> str:
     out, err = proc.stdout.read(), proc.stderr.read()  # read() keeps what readline() buffered
     assert proc.returncode == 0, f"trainer failed ({proc.returncode}):\n{out}\n{err}"
     return out
+
+
+# A trainer that logs a loss each step until stopped (ARGS: project, name), for tests that steer one.
+LOOP_UNTIL_STOPPED = """
+run = ph.init(project=ARGS[0], name=ARGS[1], agent=URL, heartbeat=0.2, config={"lr": 0.1})
+print(run.id, flush=True)
+for step in range(100000):
+    if run.sync(step).stop:
+        break
+    run.log({"loss": 1.0 / (step + 1)}, step=step)
+    time.sleep(0.01)
+run.finish()
+"""
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    """``window(agents)``: a real MainWindow on a store in ``tmp_path``, shown, closed at the end."""
+    import gc
+
+    from pilothouse.gui._qt.app import MainWindow
+
+    gc.collect()  # earlier tests' windows die here, on the UI thread, not in a worker's collection
+    made = []
+
+    def make(agents=()):
+        w = MainWindow(tmp_path / "app-store.sqlite", agents)
+        qtbot.addWidget(w)
+        w.show()
+        made.append(w)
+        return w
+    yield make
+    for w in made:
+        w.close()

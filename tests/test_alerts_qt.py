@@ -3,7 +3,6 @@ rule editing, and end to end with a real agent evaluating a rules file on a real
 
 from __future__ import annotations
 
-import gc
 import os
 import tempfile
 import time
@@ -61,22 +60,6 @@ def lines(chart) -> list[tuple[float, str]]:
     return [(line.value(), line.label.toPlainText()) for line in chart.alert_lines]
 
 
-@pytest.fixture
-def window(qtbot, tmp_path):
-    gc.collect()  # earlier tests' windows die here, on the UI thread, not in a worker's collection
-    made = []
-
-    def make(agents=()):
-        w = MainWindow(tmp_path / "app-store.sqlite", agents)
-        qtbot.addWidget(w)
-        w.show()
-        made.append(w)
-        return w
-    yield make
-    for w in made:
-        w.close()
-
-
 def test_history_badges_and_marks_quietly_live_alerts_notify(window, qtbot, tmp_path):
     old = time.time() - 7200
     store = LocalStore(tmp_path / "app-store.sqlite")
@@ -102,7 +85,7 @@ def test_history_badges_and_marks_quietly_live_alerts_notify(window, qtbot, tmp_
     qtbot.waitUntil(lambda: {"loss", "kl"} <= set(w.charts.charts), timeout=5000)
     assert lines(w.charts.charts["loss"]) == [(20.0, "⚠ nan-loss"), (39.0, "⚠ silent")]
     assert lines(w.charts.charts["kl"]) == [(39.0, "⚠ silent")]  # a run-level alert marks every chart
-    assert "nan-loss firing at step 20 (nonfinite): loss is nan" in w.events.toPlainText()
+    assert "alert nan-loss firing at step 20: loss is nan" in w.events.toPlainText()  # a sentence
 
     live = [event(6, "sick", alert("nan-loss", 20, time.time(), state="cleared")),
             event(7, "calm", alert("flat", 30, time.time()))]

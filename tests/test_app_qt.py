@@ -16,7 +16,7 @@ pytest.importorskip("pytestqt")
 from conftest import finish, start_trainer  # noqa: E402
 
 from pilothouse.client import Client  # noqa: E402
-from pilothouse.gui._qt.app import EMPTY, MainWindow  # noqa: E402
+from pilothouse.gui._qt.app import EMPTY  # noqa: E402
 
 TRAINER = """
 run = ph.init(project="app", name="watched", agent=URL, config={"lr": 1e-3}, heartbeat=0.2)
@@ -29,16 +29,6 @@ for step in range(100000):
     time.sleep(0.01)
 run.finish()
 """
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    def make(agents):
-        w = MainWindow(tmp_path / "app-store.sqlite", agents)
-        qtbot.addWidget(w)
-        w.show()
-        return w
-    yield make
 
 
 def test_empty_state_says_what_to_do(window):
@@ -186,3 +176,65 @@ def test_the_app_opens_on_the_live_runs_of_the_newest_project_then_on_the_last_s
         again.close()
         for run in live:
             run.finish()
+
+
+def test_compared_runs_have_colors_a_legend_and_readable_themes(window, qtbot, agent_proc):
+    """Each run's color in the table and the legend; hovering an entry highlights that run on every
+    chart, clicking hides it; a theme switch recolors what was drawn in the other theme's colors."""
+    from PySide6.QtCore import QEvent, QPointF, Qt
+    from PySide6.QtGui import QColor, QEnterEvent
+    from PySide6.QtWidgets import QApplication
+
+    import pilothouse as ph
+    from pilothouse.gui._qt.chart import DIM_FACTOR
+    from pilothouse.gui.palette import PALETTE
+    from pilothouse.gui.themes import DARK, LIGHT
+
+    ids = {}
+    for name, lr in (("base", 1e-3), ("tuned", 3e-4)):
+        run = ph.init(project="colors", name=name, agent=agent_proc.url, config={"lr": lr})
+        for step in range(20):
+            run.log({"reward/mean": lr * step, "loss": 1.0 / (step + 1)}, step=step)
+        assert run.finish()
+        ids[name] = run.id
+    w = window([agent_proc.url])
+    try:
+        qtbot.waitUntil(lambda: w.table_model.rowCount() == 2, timeout=15000)
+        w.table.selectAll()
+        qtbot.waitUntil(lambda: {"reward/mean", "loss"} <= set(w.charts.charts)
+                        and len(w.charts.charts["loss"].curves) == 2, timeout=10000)
+        keys = w.runs.selected()
+        colors = [w.charts.charts["loss"].curves[k[1]].color for k in keys]
+        assert colors == list(PALETTE[:2])  # in selection order: the palette's most distinct pair
+        entries = list(w.charts.legend.entries.values())
+        assert {e.text() for e in entries} == {"base", "tuned"} and w.charts.legend.isVisible()
+        run_column = 2
+        swatches = [w.table_model.data(w.table_model.index(i, run_column), Qt.ItemDataRole.DecorationRole)
+                    for i in range(2)]
+        assert all(s is not None and not s.isNull() for s in swatches)
+        assert {w.config.table.horizontalHeaderItem(c).text() for c in range(2)} == {"base", "tuned"}
+
+        first, second = entries
+        QApplication.sendEvent(first, QEnterEvent(QPointF(3, 3), QPointF(3, 3), QPointF(3, 3)))
+        for chart in w.charts.charts.values():
+            assert chart.emphasis == first.key[1]
+            assert chart.curves[second.key[1]].raw.opts["pen"].color().alpha() == round(255 * DIM_FACTOR)
+        QApplication.sendEvent(first, QEvent(QEvent.Type.Leave))
+        assert all(chart.emphasis is None for chart in w.charts.charts.values())
+        second.click()
+        assert all(chart.hidden(second.key[1]) for chart in w.charts.charts.values()) and second.font().strikeOut()
+        second.click()
+        assert not any(chart.hidden(second.key[1]) for chart in w.charts.charts.values())
+
+        for theme in (LIGHT, DARK):
+            w.dark.setChecked(theme is DARK)
+            qtbot.waitUntil(lambda t=theme: w.charts.charts["loss"].backgroundBrush().color() == QColor(t.chart_bg),
+                            timeout=2000)
+            lr = w.config.rows.index("lr")
+            assert w.config.table.item(lr, 0).background().color() == QColor(theme.diff_bg)
+
+        w.table.selectRow(0)  # only compared runs wear a swatch
+        assert w.table_model.data(w.table_model.index(0, run_column), Qt.ItemDataRole.DecorationRole) is not None
+        assert w.table_model.data(w.table_model.index(1, run_column), Qt.ItemDataRole.DecorationRole) is None
+    finally:
+        w.close()

@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("pytestqt")
 pg = pytest.importorskip("pyqtgraph")
 
-from pilothouse.gui._qt.chart import PALETTE, ChartWidget, color_for  # noqa: E402
+from pilothouse.gui._qt.chart import DIM_FACTOR, EMPHASIS_WIDTH, ChartWidget  # noqa: E402
+from pilothouse.gui.palette import PALETTE  # noqa: E402
 
 N = 200_000
 
@@ -28,8 +29,8 @@ def chart(qtbot):
     y = np.sin(x / 5000)
     y[123_457] = 50.0
     y[[1000, 150_000]] = [np.nan, np.inf]
-    widget.add_curve("a", run_id="run-1")
-    widget.add_curve("b", run_id="run-2")
+    widget.add_curve("a")
+    widget.add_curve("b", label="run b")
     for lo in range(0, N, 20_000):  # many appends, one coalesced redraw
         widget.append("a", x[lo:lo + 20_000], y[lo:lo + 20_000])
         widget.append("b", x[lo:lo + 20_000], -y[lo:lo + 20_000])
@@ -83,11 +84,28 @@ def test_smoothing_and_log_y_toggle(chart, qtbot):
     chart.set_log_y(False)
 
 
-def test_crosshair_readout_and_stable_colors(chart):
+def test_crosshair_readout_names_curves_by_label_in_palette_order(chart):
     text = chart.readout(123_457.2)
-    assert "a: 50" in text and "b: -50" in text
-    assert color_for("run-1") == chart.curves["a"].color == color_for("run-1")
-    assert color_for("run-1") in PALETTE
+    assert "a: 50" in text and "run b: -50" in text
+    assert [c.color for c in chart.curves.values()] == list(PALETTE[:2])
+
+
+def test_emphasis_dims_the_others_and_hidden_curves_leave_the_readout(chart):
+    def pen(name):
+        return chart.curves[name].raw.opts["pen"]
+
+    chart.set_emphasis("b")
+    assert pen("b").widthF() == EMPHASIS_WIDTH and pen("b").color().alpha() == 255
+    assert pen("a").color().alpha() == round(255 * DIM_FACTOR) and chart.curves["b"].raw.zValue() > 0
+    chart.set_smoothing(0.5)  # restyling keeps the emphasis
+    assert chart.curves["b"].smooth.opts["pen"].widthF() == EMPHASIS_WIDTH
+    chart.set_smoothing(0.0)
+    chart.set_emphasis(None)
+    assert pen("a").color().alpha() == pen("b").color().alpha() == 255 and pen("b").widthF() == 1
+    chart.set_hidden("a", True)
+    assert chart.hidden("a") and "a: 50" not in chart.readout(123_457.2)
+    chart.set_hidden("a", False)
+    assert not chart.hidden("a")
 
 
 def test_many_appends_make_one_redraw(qtbot):
@@ -123,13 +141,3 @@ def test_mouse_move_shows_the_readout(chart):
     chart.scene().sigMouseMoved.emit(vb.sceneBoundingRect().center())
     assert chart.readout_label.toPlainText().startswith("x = ")
 
-
-def test_compared_runs_keep_their_color_and_never_share_one():
-    from pilothouse.gui._qt.chart import PALETTE, color_for
-    from pilothouse.gui._qt.charts import run_colors
-
-    ids = [f"run{i}" for i in range(len(PALETTE))]
-    colors = run_colors(ids)
-    assert len(set(colors.values())) == len(PALETTE)  # all distinct while the palette lasts
-    assert colors[ids[0]] == color_for(ids[0])  # the first keeps its own color
-    assert run_colors([ids[3]])[ids[3]] == color_for(ids[3])  # alone, a run always has its color

@@ -17,7 +17,8 @@ from conftest import finish, run_events, start_trainer, wait_until  # noqa: E402
 
 import pilothouse as ph  # noqa: E402
 from pilothouse.client import Client  # noqa: E402
-from pilothouse.gui._qt.config import DIFF_COLOR, READ_ONLY_COLOR, ConfigPanel  # noqa: E402
+from pilothouse.gui._qt.config import ConfigPanel  # noqa: E402
+from pilothouse.gui._qt.theme import qcolor  # noqa: E402
 from pilothouse.gui.local_store import LocalStore  # noqa: E402
 
 TRAINER = """
@@ -53,23 +54,26 @@ def cell(panel: ConfigPanel, key: str, column: int = 0):
     return panel.table.item(panel.rows.index(key), column)
 
 
-def test_differing_rows_are_highlighted(panel, agent_proc, tmp_path):
+def test_differing_rows_are_highlighted_and_columns_named_by_run(panel, agent_proc, tmp_path):
     keys = []
-    for name, lr in (("a", 0.1), ("b", 0.2)):
+    for name, lr in (("a", 0.1), ("b", 0.2), ("b", 0.2)):
         run = ph.init(project="cmp", name=name, agent=agent_proc.url,
                          config={"lr": lr, "batch": 32, "opt": {"beta": lr, "eps": 1e-8}})
         assert run.finish()
         keys.append((agent_proc.url, run.id))
     store = LocalStore(tmp_path / "app.sqlite")
     copy_runs(agent_proc.url, store)
-    panel.show_runs(keys, store)
+    panel.show_runs(keys, store, {keys[0]: 0, keys[1]: 1})
     assert panel.rows == ["batch", "lr", "opt.beta", "opt.eps"]
-    assert panel.table.columnCount() == 2
-    highlighted = {k for k in panel.rows if cell(panel, k).background().color() == DIFF_COLOR}
+    assert panel.table.columnCount() == 3
+    headers = [panel.table.horizontalHeaderItem(c) for c in range(3)]
+    assert [h.text() for h in headers] == ["a", f"b ({keys[1][1]})", f"b ({keys[2][1]})"]  # ids only for twins
+    assert not headers[0].icon().isNull() and headers[2].icon().isNull()  # the charts' color, where given
+    highlighted = {k for k in panel.rows if cell(panel, k).background().color() == qcolor("diff_bg")}
     assert highlighted == {"lr", "opt.beta"}
     assert cell(panel, "lr", 1).text() == "0.2"
-    assert cell(panel, "opt.eps").foreground().color() == READ_ONLY_COLOR  # nested: not tunable
-    assert cell(panel, "lr").foreground().color() != READ_ONLY_COLOR
+    assert cell(panel, "opt.eps").foreground().color() == qcolor("dim_text")  # nested: not tunable
+    assert cell(panel, "lr").foreground().color() != qcolor("dim_text")
     assert not panel.tunable and not panel.request_set("lr", "0.5")  # two runs: nothing to edit
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from pilothouse.gui.models import RunRow, RunsModel, config_diff, metric_groups
+from pilothouse.gui.models import RunRow, RunsModel, config_diff, metric_groups, run_labels
 
 
 def run(agent: str, id: str, status: str, name: str = "", created: float = 0.0, **extra) -> dict:
@@ -70,7 +70,7 @@ def test_selection_survives_filtering_and_updates():
 
 def test_metric_groups_by_prefix_and_importance():
     assert metric_groups(["reward/std", "kl", "reward/mean", "completions/len", "loss", "kl", "zeta"]) == {
-        "reward": ["reward/std", "reward/mean"], "kl": ["kl"], "loss": ["loss"],
+        "reward": ["reward/mean", "reward/std"], "kl": ["kl"], "loss": ["loss"],
         "completions": ["completions/len"], "zeta": ["zeta"]}
     assert metric_groups([]) == {}
 
@@ -93,3 +93,10 @@ def test_config_diff_names_keys_that_differ_or_are_missing():
     assert config_diff({"only": {"lr": 1}}) == set()
     assert config_diff({"a": {"n": 1}, "b": {"n": 1.0}}) == set()
     assert config_diff({}) == set()
+
+
+def test_compared_runs_are_labelled_by_name_with_the_id_only_for_twins():
+    a, b, c, d = ("tcp://x", "aaaa1111"), ("tcp://x", "bbbb2222"), ("tcp://y", "cccc3333"), ("tcp://y", "dddd4444")
+    assert run_labels({a: "base", b: "tuned"}) == {a: "base", b: "tuned"}
+    assert run_labels({a: "base", b: "tuned", c: "base", d: ""}) == {
+        a: "base (aaaa1111)", b: "tuned", c: "base (cccc3333)", d: "dddd4444"}  # no name: the id

@@ -11,6 +11,8 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from PySide6.QtCore import Qt
+
 from pilothouse.client import Client
 from pilothouse.gui._qt.rollouts import CELL_CHARS, RolloutsPanel
 from pilothouse.gui.local_store import LocalStore
@@ -32,12 +34,14 @@ def log_run(url: str, name: str, steps: range, answer: str):
 
 
 def sync(store: LocalStore, url: str, after: int = 0) -> list:
-    """What a network link does: every journal page after ``after`` into the store; the entries."""
+    """What a network link does: every journal page after ``after`` and the run list into the
+    store; the entries."""
     entries = []
     with Client(url) as client:
         for page in client.history(after=after):
             store.write_page(url, page.entries, page.cursor)
             entries.extend(page.entries)
+        store.put_runs(url, client.runs())
     return entries
 
 
@@ -105,11 +109,14 @@ def test_two_runs_side_by_side_pair_by_prompt(panel, agent_proc, tmp_path):
     assert a.finish() and b.finish()
     store = LocalStore(tmp_path / "app.sqlite")
     sync(store, agent_proc.url)
-    panel.show_runs([(agent_proc.url, a.id), (agent_proc.url, b.id)], store)
+    keys = [(agent_proc.url, a.id), (agent_proc.url, b.id)]
+    panel.show_runs(keys, store, {keys[0]: 0, keys[1]: 1})
     store.close()
 
-    assert panel.model.headers() == ["step", "prompt", f"completion · {a.id}", f"reward · {a.id}",
-                                     f"completion · {b.id}", f"reward · {b.id}"]
+    assert panel.model.headers() == ["step", "prompt", "completion · base", "reward · base",
+                                     "completion · tuned", "reward · tuned"]  # by name, not by id
+    icons = [panel.model.headerData(c, Qt.Horizontal, Qt.DecorationRole) for c in range(6)]
+    assert icons[:2] == [None, None] and all(i is not None and not i.isNull() for i in icons[2:])
     assert panel.current_step() == 2
     for i, prompt in enumerate(PROMPTS):
         cells = panel.model.cells(i)
@@ -121,3 +128,4 @@ def test_two_runs_side_by_side_pair_by_prompt(panel, agent_proc, tmp_path):
     panel.table.selectRow(0)
     detail = panel.detail.toPlainText()
     assert "Capital of France" in detail and "old 2 at 0" in detail and "new 2 at 0" in detail
+    assert "COMPLETION · base" in detail and "COMPLETION · tuned" in detail

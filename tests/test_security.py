@@ -28,6 +28,7 @@ import psutil
 import pytest
 import zmq
 from conftest import (
+    LOOP_UNTIL_STOPPED,
     ROOT,
     AgentProcess,
     finish,
@@ -54,18 +55,6 @@ from pilothouse.security import (
 from pilothouse.trainer.launcher import ensure_local_agent
 from pilothouse.wire.messages import pack, unpack
 from pilothouse.wire.urls import DEFAULT_PORT, DEFAULT_URL
-
-LOOP = """
-run = ph.init(project="sec", name="guarded", agent=URL, heartbeat=0.2, config={"lr": 0.1})
-print(run.id, flush=True)
-for step in range(100000):
-    ctl = run.sync(step)
-    if ctl.stop:
-        break
-    run.log({"loss": 1.0 / (step + 1)}, step=step)
-    time.sleep(0.01)
-run.finish()
-"""
 
 
 def cli(*args: str, keys: Path) -> subprocess.CompletedProcess:
@@ -228,7 +217,7 @@ def guarded(tmp_path):
     ring.trust(remote, ring.public("agent"))
     proc = AgentProcess(tmp_path / "agent", free_port(),
                         ["--listen", f"tcp://0.0.0.0:{port}", "--keys", str(ring.dir)]).start()
-    trainer = start_trainer(tmp_path, LOOP, proc.url)
+    trainer = start_trainer(tmp_path, LOOP_UNTIL_STOPPED, proc.url, "sec", "guarded")
     run_id = trainer.stdout.readline().strip()
     local = proc.client()
     wait_until(lambda: any(r["id"] == run_id and r["last_step"] for r in local.runs()), what="the trainer")
@@ -585,7 +574,7 @@ print(json.dumps(out))
 def test_another_local_user_can_neither_read_write_nor_steer(tmp_path, agent_proc):
     """nobody reaches 127.0.0.1 like everyone on the node: the CLI/app client, raw plain frames, raw
     CURVE frames with its own key and a trainer of its own all get nothing in, nothing out."""
-    trainer = start_trainer(tmp_path, LOOP, agent_proc.url)
+    trainer = start_trainer(tmp_path, LOOP_UNTIL_STOPPED, agent_proc.url, "sec", "guarded")
     run_id = trainer.stdout.readline().strip()
     local = agent_proc.client()
     try:

@@ -7,7 +7,10 @@ import json
 import sys
 
 from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
-from pilothouse.text import event_line, fmt_value, printable, tail_lines, write_points
+from pilothouse.cli.tail import MetricFilter, Tail, terminal_width
+from pilothouse.client import Client
+from pilothouse.event_text import Narrator
+from pilothouse.text import fmt_value, printable, write_points
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, entry_body
 
 
@@ -19,6 +22,10 @@ def add_parsers(reader: Reader) -> None:
     t = reader("tail", "print a run's metrics live", cmd_tail)
     t.add_argument("run", help="run id or unambiguous run name")
     t.add_argument("--history", action="store_true", help="print every stored point first")
+    t.add_argument("--metric", action="append", metavar="GLOB",
+                   help="only metrics whose name matches this shell-style glob ('train/*', '*loss*'); "
+                        "repeatable. Without it a step's line shows the most important metrics that fit "
+                        "the terminal and '+N more'; with it every chosen metric, wrapped")
 
     e = reader("export", "write every point of a run as CSV or JSON lines", cmd_export)
     e.add_argument("run", help="run id or unambiguous run name")
@@ -62,31 +69,56 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
+    metrics = MetricFilter(args.metric)
     with client_for(args) as client:
         run = client.resolve(args.run)
         after = 0 if args.history else client.ping()["head"]
         row = next(r for r in client.runs() if r["id"] == run)
-        print(printable(f"{row['project']}/{row['name']} ({run}) {row['status']} on {row['host']}, "
-                        f"step {row['last_step']}"), flush=True)
+        why = metrics.unmatched(run, _metric_names(client, run, row, metrics)) if metrics else None
+        if why:
+            print(why, file=sys.stderr)
+            return EXIT_ERROR
+        tail = Tail(terminal_width(), metrics)
+        for line in tail.text(f"{row['project']}/{row['name']} ({run}) {row['status']} on {row['host']}, "
+                              f"step {row['last_step']}"):
+            print(line, flush=True)
         if row["summary"] and not args.history:
-            print(printable("  ".join(f"{k}={fmt_value(v)}" for k, v in row["summary"].items())), flush=True)
+            for line in tail.values("last", row["summary"]):
+                print(line, flush=True)
         if row["status"] in ("finished", "crashed") and not args.history:
             return 0
         for page in client.follow(after=after, run=run, kinds=[KIND_METRIC, KIND_EVENT]):
-            for line, ended in tail_lines(page.entries):
+            for line, ended in tail.lines(page.entries):
                 print(line, flush=True)
                 if ended:
                     return 0
     return 0
 
 
+SCAN_PAGES = 20  # a run with more metrics than its summary holds: history read this far for their names
+
+
+def _metric_names(client: Client, run: str, row: dict, metrics: MetricFilter) -> set[str]:
+    """Names of the run's metrics, enough to tell whether ``metrics`` matches one: the summary's
+    (its most important), else the names its first pages of history hold."""
+    names = set(row["summary"] or ())
+    if any(map(metrics, names)) or len(names) >= (row.get("metrics") or 0):
+        return names
+    for n, page in enumerate(client.history(run, [KIND_METRIC])):
+        names.update(e.metric for e in page.entries if e.metric is not None)
+        if any(map(metrics, names)) or len(names) >= row["metrics"] or n + 1 >= SCAN_PAGES:
+            break
+    return names
+
+
 def cmd_events(args: argparse.Namespace) -> int:
     with client_for(args) as client:
         run = client.resolve(args.run)
+        narrator = Narrator()  # an acknowledgement names who asked, from the command before it
         for page in client.history(run, [KIND_EVENT]):
             for e in page.entries:
                 body = entry_body(e)
-                print(json.dumps(body, default=str) if args.json else event_line(body))
+                print(json.dumps(body, default=str) if args.json else narrator.line(body))
     return 0
 
 

@@ -20,15 +20,20 @@ _GROUPS = tuple(re.compile(p, re.IGNORECASE) for p in (
 ))
 
 
+_VARIANT = re.compile(r"(^|[/_.])(std|stddev|var|min|max)($|[/_.])", re.IGNORECASE)
+
+
 @functools.lru_cache(maxsize=1 << 16)  # a `runs` reply sorts every run's names each second
-def importance(name: str) -> tuple[int, int, int, int, str]:
+def importance(name: str) -> tuple[int, int, int, int, int, str]:
     """Sort key: the group a metric falls in, then less nested names, then names that start with
-    the group's word (``reward`` before ``frac_reward_zero_std``), then shorter ones."""
+    the group's word (``reward`` before ``frac_reward_zero_std``), then a mean before its spread
+    and extremes (``reward/mean`` before ``reward/std``), then shorter ones."""
+    variant = int(_VARIANT.search(name) is not None)
     for group, pattern in enumerate(_GROUPS):
         match = pattern.search(name)
         if match:
-            return group, name.count("/"), match.start(), len(name), name
-    return len(_GROUPS), name.count("/"), 0, len(name), name
+            return group, name.count("/"), match.start(), variant, len(name), name
+    return len(_GROUPS), name.count("/"), 0, variant, len(name), name
 
 
 def by_importance(names: Iterable[str]) -> list[str]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -43,9 +43,8 @@ from pilothouse.text import printable
 from ..alerts import FLOAT_FIELDS, INT_FIELDS, KIND_FIELDS, KINDS, Alert, AlertBook, rule_from_form, rule_text
 from ..models import RunKey
 from .calls import Calls
-from .chart import MARKER_COLOR
+from .theme import current, is_restyle, qcolor
 
-FIRING_COLOR = QColor(MARKER_COLOR)
 NOTIFY_MS = 15000
 FIELD_HINTS = {"metric": "e.g. loss or reward/mean", "threshold": "value", "for_steps": "consecutive steps (1)",
                "pct": "% below the running best", "window": "steps", "seconds": "seconds",
@@ -71,7 +70,7 @@ class RuleDialog(QDialog):
         self.scope.addItem("every run", None)
         for run_id, title in runs:
             self.scope.addItem(f"{title} ({run_id})", run_id)
-        self.error = QLabel(wordWrap=True, styleSheet=f"color: {MARKER_COLOR}")
+        self.error = QLabel(wordWrap=True, styleSheet=f"color: {current().alert_text}")
         form = QFormLayout(self)
         form.addRow("name", self.name)
         form.addRow("kind", self.kind)
@@ -163,9 +162,17 @@ class AlertsPanel(QWidget):
         self._firing_keys = [a.key for a in firing]
         self._recent_keys = [a.key for a in recent]
         _fill(self.firing_table, [(self.titles(a.key), a.rule, a.metric or "", _opt(a.step), _opt(a.value),
-                                   _clock(a.time), a.summary()) for a in firing], color=FIRING_COLOR)
+                                   _clock(a.time), a.summary()) for a in firing], color=qcolor("alert_text"))
         _fill(self.recent_table, [(_clock(a.time), self.titles(a.key), a.state, a.rule, _opt(a.step), a.summary())
                                   for a in recent])
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        if is_restyle(event):  # another theme: the firing rows take its alert color
+            for r in range(self.firing_table.rowCount()):
+                for c in range(self.firing_table.columnCount()):
+                    if (item := self.firing_table.item(r, c)) is not None:
+                        item.setForeground(qcolor("alert_text"))
+        super().changeEvent(event)
 
     # --- rules (from the agent) -------------------------------------------------------------
 

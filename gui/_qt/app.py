@@ -41,6 +41,7 @@ from ..alerts import Alert, AlertBook, Marker, is_alert, place
 from ..local_store import LocalStore
 from ..models import RunKey, RunsModel, first_screen
 from ..network import Health, Links
+from ..palette import RunColors
 from .alerts import AlertsPanel, Notifier
 from .calls import Calls
 from .charts import ChartsPanel
@@ -79,6 +80,7 @@ class MainWindow(QMainWindow):
         self.alert_book = self._load_alerts()
         self.runs.set_alerts(self.alert_book.counts())
         self.table_model = RunsTableModel(self.runs, self.alert_book.firing)
+        self.run_colors = RunColors()  # a run keeps its color in every tab while the app runs
         self.notifier = Notifier(self, self._show_alerts_tab)
         self._unnamed: list[Alert] = []  # alerts to notify once the run list names their run
         self.health: dict[str, Health] = {}
@@ -119,7 +121,7 @@ class MainWindow(QMainWindow):
         column.addWidget(self.filter)
         column.addWidget(self.table)
 
-        self.charts = ChartsPanel()
+        self.charts = ChartsPanel(self.run_colors)
         self.system = SystemPanel()
         self.rollouts = RolloutsPanel()
         self.config = ConfigPanel()
@@ -268,8 +270,9 @@ class MainWindow(QMainWindow):
         self.store.remember_selection(keys)
         self.charts.show_runs(keys, self.store)
         self.charts.show_alerts({k: self._markers(k) for k in keys})
-        self.rollouts.show_runs(keys, self.store)
-        self.config.show_runs(keys, self.store)
+        self.table_model.set_slots(self.charts.slots)
+        self.rollouts.show_runs(keys, self.store, self.charts.slots)
+        self.config.show_runs(keys, self.store, self.charts.slots)
         self._show_events(keys[-1] if keys else None)
 
     def _reselect(self, keys: list[RunKey]) -> None:

@@ -10,7 +10,6 @@ The widget follows the data (x range = all points) until the x range is changed 
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,18 +18,14 @@ from PySide6 import QtCore
 
 from pilothouse.gui.lod import Ema, Series
 
-# Tableau 10: distinguishable, and a run keeps its color across charts and restarts.
-PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-           "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
+from ..palette import PALETTE
+from .theme import current, is_restyle
+
 FAINT_ALPHA = 70  # the raw curve behind a smoothed one
-MARKER_COLOR = "#d62728"
-CLEARED_COLOR = "#8a8f98"
+DIM_FACTOR = 0.22  # while one run is highlighted, the others keep this much of their opacity
+EMPHASIS_WIDTH = 2.5
+MARKER_COLOR = "#d62728"  # the ticks of non-finite values (a mark, not text)
 MAX_ALERT_LINES = 50  # a flapping rule must not bury the curves: the newest are drawn
-
-
-def color_for(run_id: str) -> str:
-    """A stable palette color for a run id (a hash, not an insertion order)."""
-    return PALETTE[zlib.crc32(run_id.encode()) % len(PALETTE)]
 
 
 @dataclass(frozen=True)
@@ -50,6 +45,8 @@ class _Curve:
     raw: pg.PlotDataItem
     smooth: pg.PlotDataItem
     ema: Ema | None = None
+    label: str = ""  # what the legend and the readout call it (a run's name)
+    dashed: bool = False
 
 
 class ChartWidget(pg.PlotWidget):
@@ -63,6 +60,8 @@ class ChartWidget(pg.PlotWidget):
         self._setting_range = False
         self._marker_x = np.empty(0)
         self.alert_lines: list[pg.InfiniteLine] = []
+        self._alert_marks: list[AlertMark] = []
+        self.emphasis: str | None = None  # the curve drawn on top, the others dimmed
         plot = self.getPlotItem()
         self._vb = plot.getViewBox()
         self._vb.disableAutoRange(pg.ViewBox.XAxis)  # x is ours: the curves only hold the visible part
@@ -83,21 +82,60 @@ class ChartWidget(pg.PlotWidget):
         plot.addItem(self._vline, ignoreBounds=True)
         plot.addItem(self.readout_label, ignoreBounds=True)
         self.scene().sigMouseMoved.connect(self._mouse_moved)
+        self._built = True
+        self.restyle()
 
-    def add_curve(self, name: str, run_id: str | None = None, color: str | None = None) -> Series:
-        """A new empty curve, colored ``color`` or by a hash of ``run_id`` (default: its name)."""
+    def add_curve(self, name: str, color: str | None = None, label: str | None = None,
+                  dashed: bool = False) -> Series:
+        """A new empty curve, colored ``color`` (default: the next palette color), called
+        ``label`` in the readout (default: its name)."""
         if name in self.curves:
             raise ValueError(f"curve {name!r} exists")
-        color = color or color_for(run_id or name)
-        smooth = pg.PlotDataItem(pen=pg.mkPen(color, width=1.5), connect="finite")
-        raw = pg.PlotDataItem(pen=pg.mkPen(color), connect="finite", name=name)
+        color = color or PALETTE[len(self.curves) % len(PALETTE)]
+        smooth = pg.PlotDataItem(connect="finite")
+        raw = pg.PlotDataItem(connect="finite", name=label or name)
         self.addItem(raw)
         self.addItem(smooth)
         series = Series()
-        curve = _Curve(series, color, raw, smooth, Ema(series, self._smoothing) if self._smoothing else None)
+        curve = _Curve(series, color, raw, smooth, Ema(series, self._smoothing) if self._smoothing else None,
+                       label or name, dashed)
         self.curves[name] = curve
-        self._style(curve)
+        self._style(name, curve)
         return curve.series
+
+    def set_emphasis(self, name: str | None) -> None:
+        """Draw curve ``name`` wide and on top and dim the others (a hovered legend entry); None: all alike."""
+        self.emphasis = name if name in self.curves else None
+        for key, curve in self.curves.items():
+            self._style(key, curve)
+
+    def set_hidden(self, name: str, hidden: bool) -> None:
+        """Hide or show a curve (and its smoothed copy); the y range follows the visible ones."""
+        curve = self.curves[name]
+        curve.raw.setVisible(not hidden)
+        curve.smooth.setVisible(not hidden and curve.ema is not None)
+        self._vb.updateAutoRange()
+
+    def hidden(self, name: str) -> bool:
+        return not self.curves[name].raw.isVisible()
+
+    def restyle(self) -> None:
+        """Colors of the current theme: background, axes, title, readout, alert labels."""
+        theme = current()
+        plot = self.getPlotItem()
+        self.setBackground(theme.chart_bg)
+        for axis in ("left", "bottom"):
+            plot.getAxis(axis).setPen(theme.chart_fg)
+            plot.getAxis(axis).setTextPen(theme.chart_fg)
+        if plot.titleLabel.text:
+            plot.titleLabel.setText(plot.titleLabel.text, color=theme.chart_fg)
+        self.readout_label.setColor(theme.chart_fg)
+        self.set_alert_marks(self._alert_marks)
+
+    def changeEvent(self, event: QtCore.QEvent) -> None:  # noqa: N802 (Qt's name)
+        if is_restyle(event) and getattr(self, "_built", False) and self.getPlotItem() is not None:
+            self.restyle()  # not while pyqtgraph builds or tears the plot down
+        super().changeEvent(event)
 
     def append(self, name: str, xs: np.ndarray, ys: np.ndarray) -> None:
         """Add points to a curve; the redraw comes from the coalescing timer."""
@@ -111,8 +149,10 @@ class ChartWidget(pg.PlotWidget):
         for line in self.alert_lines:
             plot.removeItem(line)
         self.alert_lines = []
+        self._alert_marks = list(marks)
+        theme = current()
         for i, mark in enumerate(marks[-MAX_ALERT_LINES:]):
-            color = MARKER_COLOR if mark.firing else CLEARED_COLOR
+            color = theme.alert_text if mark.firing else theme.dim_text  # the label is text on the chart
             style = QtCore.Qt.PenStyle.SolidLine if mark.firing else QtCore.Qt.PenStyle.DotLine
             line = pg.InfiniteLine(pos=mark.x, angle=90, movable=False, pen=pg.mkPen(color, width=1.5, style=style),
                                    label=mark.label.replace("{", "{{").replace("}", "}}"),  # a format string
@@ -135,9 +175,9 @@ class ChartWidget(pg.PlotWidget):
         """TensorBoard-style EMA weight in [0, 1); 0 turns smoothing off. The smoothed copy
         is a second Series per curve, so smoothing doubles the curves' memory while it is on."""
         self._smoothing = alpha
-        for curve in self.curves.values():
+        for name, curve in self.curves.items():
             curve.ema = Ema(curve.series, alpha) if alpha > 0 else None
-            self._style(curve)
+            self._style(name, curve)
         self.schedule_redraw()
 
     def set_log_y(self, on: bool) -> None:
@@ -151,11 +191,21 @@ class ChartWidget(pg.PlotWidget):
         if on:
             self.schedule_redraw()
 
-    def _style(self, curve: _Curve) -> None:
-        faint = pg.mkColor(curve.color)
-        faint.setAlpha(FAINT_ALPHA if curve.ema is not None else 255)
-        curve.raw.setPen(pg.mkPen(faint))
-        curve.smooth.setVisible(curve.ema is not None)
+    def _style(self, name: str, curve: _Curve) -> None:
+        """Pens from the curve's state: faint raw data behind a smoothed copy, dimmed or wide
+        while a curve is emphasized, dashed for a run past the palette's colors."""
+        dim = DIM_FACTOR if self.emphasis is not None and name != self.emphasis else 1.0
+        wide = name == self.emphasis
+        style = QtCore.Qt.PenStyle.DashLine if curve.dashed else QtCore.Qt.PenStyle.SolidLine
+        raw = pg.mkColor(curve.color)
+        raw.setAlpha(round((FAINT_ALPHA if curve.ema is not None else 255) * dim))
+        smooth = pg.mkColor(curve.color)
+        smooth.setAlpha(round(255 * dim))
+        curve.raw.setPen(pg.mkPen(raw, width=EMPHASIS_WIDTH if wide and curve.ema is None else 1, style=style))
+        curve.smooth.setPen(pg.mkPen(smooth, width=EMPHASIS_WIDTH if wide else 1.5, style=style))
+        for item in (curve.raw, curve.smooth):
+            item.setZValue(1 if wide else 0)
+        curve.smooth.setVisible(curve.ema is not None and curve.raw.isVisible())
 
     def _range_changed(self, *_: object) -> None:
         if not self._setting_range:  # a pan, zoom or setXRange: keep that range
@@ -207,10 +257,10 @@ class ChartWidget(pg.PlotWidget):
     def readout(self, x: float) -> str:
         """Crosshair text: x and each curve's value at its nearest point."""
         lines = [f"x = {x:.6g}"]
-        for name, curve in self.curves.items():
-            point = curve.series.nearest(x)
+        for curve in self.curves.values():
+            point = curve.series.nearest(x) if curve.raw.isVisible() else None
             if point is not None:
-                lines.append(f"{name}: {point[1]:.6g}  (x {point[0]:.6g})")
+                lines.append(f"{curve.label}: {point[1]:.6g}  (x {point[0]:.6g})")
         return "\n".join(lines)
 
     def _mouse_moved(self, pos: QtCore.QPointF) -> None:

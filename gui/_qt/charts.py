@@ -1,4 +1,5 @@
-"""The Charts tab: one chart per metric of the selected runs, grouped by prefix, runs overlaid.
+"""The Charts tab: one chart per metric of the selected runs, grouped by prefix, runs overlaid,
+each run in its color (``pilothouse.gui.palette``) and named in the legend above the charts.
 
 Selecting runs loads their history from the local store; live entries then append.  Both
 are read against one cursor per agent (taken in the same read snapshot as the history),
@@ -26,17 +27,24 @@ from pilothouse.wire.entries import KIND_METRIC, Entry, entry_points
 
 from ..alerts import Marker
 from ..local_store import LocalStore
-from ..models import RunKey, metric_groups
-from .chart import PALETTE, AlertMark, ChartWidget, color_for
+from ..models import RunKey, metric_groups, run_labels
+from ..palette import RunColors, color, dashed
+from .chart import AlertMark, ChartWidget
+from .legend import RunLegend
 
 COLUMNS = 2
 CHART_HEIGHT = 240
 
 
 class ChartsPanel(QWidget):
-    def __init__(self) -> None:
+    def __init__(self, colors: RunColors | None = None) -> None:
         super().__init__()
+        self.run_colors = colors if colors is not None else RunColors()  # the app shares one book
         self.keys: list[RunKey] = []
+        self.slots: dict[RunKey, int] = {}
+        self.labels: dict[RunKey, str] = {}
+        self.hidden: set[RunKey] = set()  # clicked off in the legend
+        self.emphasis: RunKey | None = None  # hovered in the legend
         self.charts: dict[str, ChartWidget] = {}
         self.seen: dict[str, int] = {}  # agent url -> journal id up to which history was loaded
         self.alert_markers: dict[RunKey, list[Marker]] = {}
@@ -55,6 +63,10 @@ class ChartsPanel(QWidget):
         controls.addWidget(QLabel("x:"))
         controls.addWidget(self.x_axis)
         controls.addStretch()
+        self.legend = RunLegend()
+        self.legend.highlighted.connect(self._highlight)
+        self.legend.hidden_changed.connect(self._hide)
+        self.legend.hide()
         self.grid_host = QWidget()
         self.grid = QGridLayout(self.grid_host)
         scroll = QScrollArea(widgetResizable=True)
@@ -63,6 +75,7 @@ class ChartsPanel(QWidget):
                            alignment=Qt.AlignCenter)
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
+        layout.addWidget(self.legend)
         layout.addWidget(self.hint)
         layout.addWidget(scroll)
 
@@ -73,16 +86,21 @@ class ChartsPanel(QWidget):
             chart.deleteLater()
         self.charts = {}
         self.keys = list(keys)
-        self.colors = run_colors([run for _, run in self.keys])
+        self.emphasis = None
+        self.slots = self.run_colors.assign(self.keys)
+        self.hidden &= set(self.keys)
         self.seen = {}
         self._store = store
         with store.snapshot():
+            names = {(r["agent"], r["id"]): r.get("name") or "" for r in store.runs()}
+            self.labels = run_labels({key: names.get(key, "") for key in self.keys})
             for agent in {a for a, _ in keys}:
                 self.seen[agent] = store.cursor(agent)
             for key in keys:
                 for metric in store.metrics(*key):
                     steps, vals, times = store.series(*key, metric)
                     self._append(key, metric, steps, vals, times)
+        self.legend.set_runs([(key, self.labels[key], self.slots[key]) for key in self.keys], self.hidden)
         self._layout()
 
     def add_entries(self, agent: str, entries: list[Entry]) -> None:
@@ -109,12 +127,13 @@ class ChartsPanel(QWidget):
         several = len(self.keys) > 1
         marks = []
         for key in self.keys:
+            name = self.labels.get(key, key[1])
             for m in self.alert_markers.get(key, ()):
                 x = m.time if by_time else m.step
                 if x is None or m.metric not in (metric, None):
                     continue
-                label = f"{'⚠' if m.state == 'firing' else '✓'} {m.rule}" + (f" ({key[1]})" if several else "")
-                marks.append(AlertMark(float(x), label, f"{key[1]}: {m.detail} ({m.state})", m.state == "firing"))
+                label = f"{'⚠' if m.state == 'firing' else '✓'} {m.rule}" + (f" ({name})" if several else "")
+                marks.append(AlertMark(float(x), label, f"{name}: {m.detail} ({m.state})", m.state == "firing"))
         chart.set_alert_marks(marks)
 
     def redraw(self) -> None:
@@ -135,7 +154,10 @@ class ChartsPanel(QWidget):
             self._mark(metric, chart)
         name = key[1]
         if name not in chart.curves:
-            chart.add_curve(name, color=self.colors[name])
+            slot = self.slots[key]
+            chart.add_curve(name, color=color(slot), label=self.labels.get(key, name), dashed=dashed(slot))
+            chart.set_hidden(name, key in self.hidden)
+            chart.set_emphasis(self.emphasis[1] if self.emphasis is not None else None)
         xs = times if self.x_axis.currentText() == "wall time" else steps.astype(float)
         chart.append(name, xs, vals)
         return new
@@ -153,6 +175,21 @@ class ChartsPanel(QWidget):
             self.grid.addWidget(self.charts[metric], i // COLUMNS, i % COLUMNS)
         self.redraw()
 
+    def _highlight(self, key: RunKey | None) -> None:
+        """A hovered legend entry: that run wide and on top of every chart, the others dimmed."""
+        self.emphasis = key
+        for chart in self.charts.values():
+            chart.set_emphasis(key[1] if key is not None else None)
+
+    def _hide(self, key: RunKey, hidden: bool) -> None:
+        if hidden:
+            self.hidden.add(key)
+        else:
+            self.hidden.discard(key)
+        for chart in self.charts.values():
+            if key[1] in chart.curves:
+                chart.set_hidden(key[1], hidden)
+
     def _restyle(self, *_: object) -> None:
         for chart in self.charts.values():
             self._style(chart)
@@ -161,18 +198,3 @@ class ChartsPanel(QWidget):
         chart.set_smoothing(self.smoothing.value() / 100)
         chart.set_log_y(self.log_y.isChecked())
 
-
-def run_colors(run_ids: list[str]) -> dict[str, str]:
-    """Each run keeps its own (hashed) color wherever it is shown; when two compared runs hash
-    to the same color, the later one takes the next free color, so a comparison never blurs."""
-    colors: dict[str, str] = {}
-    for run in run_ids:
-        color = color_for(run)
-        start = PALETTE.index(color)
-        for i in range(len(PALETTE)):
-            candidate = PALETTE[(start + i) % len(PALETTE)]
-            if candidate not in colors.values():
-                color = candidate
-                break
-        colors[run] = color
-    return colors

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
@@ -29,11 +29,11 @@ from PySide6.QtWidgets import (
 from pilothouse.text import parse_assignment, printable
 
 from ..local_store import LocalStore
-from ..models import RunKey, config_diff, flatten
+from ..models import RunKey, config_diff, flatten, run_labels
 from .calls import Calls
+from .legend import swatch
+from .theme import is_restyle, qcolor
 
-DIFF_COLOR = QColor("#fff1b8")
-READ_ONLY_COLOR = QColor("#8a8a8a")
 MISSING = "—"
 SET_WAIT = 30.0  # seconds to wait for the trainer's answer; past that the change stays queued
 
@@ -54,6 +54,8 @@ class ConfigPanel(QWidget):
         self.configs: dict[RunKey, dict[str, Any]] = {}
         self.rows: list[str] = []
         self.tunable: set[str] = set()  # keys editable now: a single running run's schema keys
+        self.differ: set[str] = set()  # keys whose values differ between the shown runs
+        self.schemas: dict[RunKey, set[str]] = {}  # keys each run declared tunable (the others are dimmed)
         self.table = QTableWidget()
         self.table.itemChanged.connect(self._on_item_changed)
         self.table.currentCellChanged.connect(self._update_button)
@@ -69,21 +71,30 @@ class ConfigPanel(QWidget):
         self.calls = Calls(self)
         self.calls.answered.connect(self._on_answer)
 
-    def show_runs(self, keys: list[RunKey], store: LocalStore) -> None:
-        """Show these runs' configs as the store has them (the agent updates them on each applied set)."""
+    def show_runs(self, keys: list[RunKey], store: LocalStore, slots: dict[RunKey, int] | None = None) -> None:
+        """Show these runs' configs as the store has them (the agent updates them on each applied set).
+        Columns are named by run (the id only to tell apart two of one name), with the run's
+        color from ``slots`` (as the charts draw it)."""
         runs = {(r["agent"], r["id"]): r for r in store.runs()}
         self.keys = [k for k in keys if k in runs]
         self.configs = {k: flatten(runs[k].get("config") or {}) for k in self.keys}
+        self.schemas = {k: set(runs[k].get("schema") or {}) for k in self.keys}
         only = runs[self.keys[0]] if len(self.keys) == 1 else None
         self.tunable = set(only.get("schema") or {}) if only and only.get("status") == "running" else set()
-        differ = config_diff({k: runs[k].get("config") or {} for k in self.keys})
+        self.differ = config_diff({k: runs[k].get("config") or {} for k in self.keys})
         self.rows = sorted(set().union(*self.configs.values())) if self.configs else []
+        labels = run_labels({k: runs[k].get("name") or "" for k in self.keys})
         table = self.table
         table.blockSignals(True)
         table.clear()
         table.setRowCount(len(self.rows))
         table.setColumnCount(len(self.keys))
-        table.setHorizontalHeaderLabels([_title(runs[k]) for k in self.keys])
+        for c, key in enumerate(self.keys):
+            header = QTableWidgetItem(labels[key])
+            header.setToolTip(f"{_title(runs[key])} ({key[1]}) via {key[0]}")
+            if slots and key in slots:
+                header.setIcon(swatch(slots[key]))
+            table.setHorizontalHeaderItem(c, header)
         table.setVerticalHeaderLabels(self.rows)
         for r, name in enumerate(self.rows):
             for c, key in enumerate(self.keys):
@@ -91,15 +102,31 @@ class ConfigPanel(QWidget):
                 flags = Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled
                 if name in self.tunable:
                     flags |= Qt.ItemFlag.ItemIsEditable
-                elif not self._schema_key(runs[key], name):
-                    item.setForeground(QBrush(READ_ONLY_COLOR))
                 item.setFlags(flags)
-                if name in differ:
-                    item.setBackground(QBrush(DIFF_COLOR))
                 table.setItem(r, c, item)
+        self._paint()
         table.blockSignals(False)
         table.resizeColumnsToContents()
         self._update_button()
+
+    def _paint(self) -> None:
+        """The current theme's colors: differing rows on the theme's highlight, values no run
+        declared tunable dimmed (both pairs meet 4.5:1, see ``pilothouse.gui.themes``)."""
+        blocked = self.table.blockSignals(True)
+        for r, name in enumerate(self.rows):
+            for c, key in enumerate(self.keys):
+                item = self.table.item(r, c)
+                if item is None:
+                    continue
+                dim = name not in self.tunable and name not in self.schemas.get(key, ())
+                item.setData(Qt.ItemDataRole.ForegroundRole, QBrush(qcolor("dim_text")) if dim else None)
+                item.setData(Qt.ItemDataRole.BackgroundRole, QBrush(qcolor("diff_bg")) if name in self.differ else None)
+        self.table.blockSignals(blocked)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        if is_restyle(event):
+            self._paint()  # another theme: the baked item colors follow
+        super().changeEvent(event)
 
     def request_set(self, name: str, text: str) -> bool:
         """Parse ``text`` like the CLI's key=value, confirm, and send it off the UI thread.
@@ -161,14 +188,9 @@ class ConfigPanel(QWidget):
         item.setText(_text(value))
         self.table.blockSignals(False)
 
-    @staticmethod
-    def _schema_key(run: dict, name: str) -> bool:
-        return name in (run.get("schema") or {})
-
 
 def _title(run: dict) -> str:
-    name = "/".join(p for p in (run.get("project"), run.get("name")) if p)
-    return f"{name}\n{run['id']}" if name else run["id"]
+    return "/".join(p for p in (run.get("project"), run.get("name")) if p) or run["id"]
 
 
 def _text(value: Any) -> str:

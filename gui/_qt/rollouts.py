@@ -32,8 +32,9 @@ from PySide6.QtWidgets import (
 from pilothouse.wire.entries import KIND_ROLLOUTS, Entry, entry_body
 
 from ..local_store import LocalStore
-from ..models import RunKey
+from ..models import RunKey, run_labels
 from ..rollouts import Pair, Query, RolloutIndex, Row, pair, reward, text
+from .legend import swatch
 
 CELL_CHARS = 160  # the table shows a line's start; the detail pane shows everything
 ORDER_LABELS = {"logged": "as logged", "asc": "reward ↑", "desc": "reward ↓"}
@@ -59,11 +60,13 @@ class RolloutsModel(QAbstractTableModel):
     def __init__(self) -> None:
         super().__init__()
         self.lines: list[Line] = []
-        self.names: list[str] = []
+        self.names: list[str] = []  # the shown runs' names (see ``models.run_labels``)
+        self.slots: list[int | None] = []  # their color slots, as the charts draw them
 
-    def set_lines(self, lines: list[Line], names: list[str]) -> None:
+    def set_lines(self, lines: list[Line], names: list[str], slots: list[int | None] | None = None) -> None:
         self.beginResetModel()
         self.lines, self.names = lines, names
+        self.slots = list(slots) if slots is not None else [None] * len(names)
         self.endResetModel()
 
     def headers(self) -> list[str]:
@@ -79,8 +82,13 @@ class RolloutsModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(self.headers())
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.DisplayRole) -> Any:
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+        if orientation != Qt.Horizontal:
+            return None
+        if role == Qt.DisplayRole:
             return self.headers()[section]
+        if role == Qt.DecorationRole and len(self.names) == 2 and section >= 2:
+            slot = self.slots[(section - 2) // 2]  # completion and reward of A, then of B
+            return swatch(slot) if slot is not None else None
         return None
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.DisplayRole) -> Any:
@@ -100,6 +108,8 @@ class RolloutsPanel(QWidget):
     def __init__(self) -> None:
         super().__init__()
         self.keys: list[RunKey] = []  # the runs shown: one, or two side by side
+        self.labels: dict[RunKey, str] = {}  # their names, for the column headers
+        self.slots: dict[RunKey, int] = {}  # their colors (the charts' slots)
         self.indexes: dict[RunKey, RolloutIndex] = {}
         self.seen: dict[str, int] = {}  # agent url -> journal id up to which history was loaded
         self._steps: list[int] = []
@@ -150,11 +160,15 @@ class RolloutsPanel(QWidget):
 
     # --- data in --------------------------------------------------------------------------
 
-    def show_runs(self, keys: list[RunKey], store: LocalStore) -> None:
-        """The first selected run, or the first two side by side; history from the store."""
+    def show_runs(self, keys: list[RunKey], store: LocalStore, slots: dict[RunKey, int] | None = None) -> None:
+        """The first selected run, or the first two side by side, named by run and colored by
+        ``slots``; history from the store."""
         self.keys = list(keys[:2])
+        self.slots = dict(slots or {})
         self.seen = {}
         with store.snapshot():
+            names = {(r["agent"], r["id"]): r.get("name") or "" for r in store.runs()}
+            self.labels = run_labels({key: names.get(key, "") for key in self.keys})
             for agent in {a for a, _ in self.keys}:
                 self.seen[agent] = store.cursor(agent)
             self.indexes = {key: RolloutIndex(store.rollouts(*key)) for key in self.keys}
@@ -242,7 +256,7 @@ class RolloutsPanel(QWidget):
                 lines.extend((s, p) for p in query.pairs(pair(a, b)))
             elif self.keys:
                 lines.extend((s, (row, None)) for row in query.rows(self.indexes[self.keys[0]].rows(s)))
-        self.model.set_lines(lines, [run for _, run in self.keys])
+        self.model.set_lines(lines, [self.labels[k] for k in self.keys], [self.slots.get(k) for k in self.keys])
         header = self.table.horizontalHeader()
         for column, name in enumerate(self.model.headers()):  # text gets the width, numbers what they need
             text_column = name.startswith(("prompt", "completion"))

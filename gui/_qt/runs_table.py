@@ -10,18 +10,20 @@ from PySide6.QtGui import QColor
 
 from ..alerts import Alert
 from ..models import RunKey, RunRow, RunsModel
-from .chart import MARKER_COLOR
+from .legend import swatch
+from .theme import qcolor
 
 COLUMNS = ("status", "alerts", "run", "step", "key metric", "host", "lost")
 STATUS_COLORS = {"crashed": "#d64545", "stale": "#d98a1c", "running": "#3a9b5c", "paused": "#3f7fd0",
                  "finished": "#8a8f98"}
-STATUS_MARKS = {"crashed": "✖", "stale": "◌", "running": "●", "paused": "⏸", "finished": "○"}
 
 Index = QModelIndex | QPersistentModelIndex
 
 # role constants looked up once: each lookup of a PySide6 enum member costs microseconds
 DISPLAY, FOREGROUND, TOOLTIP = Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ForegroundRole, Qt.ItemDataRole.ToolTipRole
-ROLES = (DISPLAY, FOREGROUND, TOOLTIP)
+DECORATION = Qt.ItemDataRole.DecorationRole
+ROLES = (DISPLAY, FOREGROUND, TOOLTIP, DECORATION)
+RUN_COLUMN = COLUMNS.index("run")
 
 class RunsTableModel(QAbstractTableModel):
     def __init__(self, runs: RunsModel, firing: Callable[[RunKey], list[Alert]] = lambda key: []):
@@ -29,6 +31,13 @@ class RunsTableModel(QAbstractTableModel):
         self.runs = runs
         self.firing = firing  # a run's firing alerts, for the badge's tooltip
         self._rows: list[RunRow] = []
+        self.slots: dict[RunKey, int] = {}  # the compared runs' color slots: a swatch by their name
+
+    def set_slots(self, slots: dict[RunKey, int]) -> None:
+        """The compared runs' colors (as the charts draw them); other runs show none."""
+        self.slots = dict(slots)
+        if self._rows:
+            self.dataChanged.emit(self.index(0, RUN_COLUMN), self.index(len(self._rows) - 1, RUN_COLUMN), [DECORATION])
 
     def refresh(self) -> None:
         """Re-read the view model (after new runs, a filter change)."""
@@ -57,10 +66,13 @@ class RunsTableModel(QAbstractTableModel):
         column = COLUMNS[index.column()]
         if role == DISPLAY:
             return _cell(row, column)
+        if role == DECORATION:
+            slot = self.slots.get(row.key) if column == "run" else None
+            return swatch(slot) if slot is not None else None
         if role == FOREGROUND and column == "status":
             return QColor(STATUS_COLORS.get(row.status, "#8a8f98"))
         if role == FOREGROUND and column == "alerts":
-            return QColor(MARKER_COLOR)  # the charts' alert red
+            return qcolor("alert_text")  # the theme's alert red, as on the charts
         if role == TOOLTIP:
             if column == "alerts" and row.alerts:
                 return "\n".join(f"⚠ {a.rule}: {a.summary()}" for a in self.firing(row.key))
@@ -70,7 +82,7 @@ class RunsTableModel(QAbstractTableModel):
 
 def _cell(row: RunRow, column: str) -> str:
     if column == "status":
-        return f"{STATUS_MARKS.get(row.status, '?')} {row.status}"
+        return row.status  # its icon is drawn by status_icons.StatusDelegate: no font has to hold it
     if column == "alerts":
         return f"⚠ {row.alerts}" if row.alerts else ""
     if column == "run":

@@ -24,7 +24,8 @@ from pilothouse.wire.entries import KIND_METRIC, Entry, entry_points
 
 from ..local_store import LocalStore
 from ..models import RunKey
-from .chart import PALETTE, ChartWidget
+from ..palette import PALETTE
+from .chart import ChartWidget
 
 COLUMNS = 2
 CHART_HEIGHT = 200

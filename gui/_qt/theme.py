@@ -1,35 +1,58 @@
-"""Dark and light themes: a Fusion palette for the widgets, matching chart colors."""
+"""Dark and light themes: a Fusion palette for the widgets, matching chart and item colors.
+
+The colors are ``pilothouse.gui.themes`` (plain data, contrast-checked by the tests).  Widgets
+that bake a color into an item or a chart read ``current()`` and restyle on ``is_restyle(event)``
+(Qt sends every widget a palette change when the theme switches).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyqtgraph as pg
+from PySide6.QtCore import QEvent
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QWidget
 
-from .chart import ChartWidget
+from ..themes import DARK, LIGHT, Theme
 
-DARK = {"window": "#202329", "base": "#17191d", "text": "#e6e6e6", "button": "#2b2f36", "highlight": "#3f7fd0",
-        "chart_bg": "#111316", "chart_fg": "#c8c8c8"}
-LIGHT = {"window": "#f2f2f2", "base": "#ffffff", "text": "#1d1d1d", "button": "#e6e6e6", "highlight": "#3f7fd0",
-         "chart_bg": "#ffffff", "chart_fg": "#333333"}
+_current: list[Theme] = [LIGHT]  # Qt's default palette is a light one
+_colors: dict[tuple[str, str], QColor] = {}
+_RESTYLE = (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange)
+
+
+def current() -> Theme:
+    return _current[0]
+
+
+def qcolor(role: str) -> QColor:
+    """The current theme's color ``role`` (a ``Theme`` field), cached: item models ask per cell."""
+    theme = _current[0]
+    key = (theme.name, role)
+    if key not in _colors:
+        _colors[key] = QColor(dataclasses.asdict(theme)[role])
+    return _colors[key]
+
+
+def is_restyle(event: QEvent) -> bool:
+    return event.type() in _RESTYLE
 
 
 def apply_theme(app: QApplication, dark: bool, root: QWidget | None = None) -> None:
-    """Style the application; charts that exist under ``root`` are recolored, new ones follow."""
-    colors = DARK if dark else LIGHT
+    """Style the application; widgets that bake colors restyle on the palette change that follows.
+    ``root`` is kept for callers; every widget of the app hears the change."""
+    theme = DARK if dark else LIGHT
+    _current[0] = theme
     app.setStyle("Fusion")
     palette = QPalette()
+    colors = dataclasses.asdict(theme)
     for role, key in ((QPalette.Window, "window"), (QPalette.Base, "base"), (QPalette.AlternateBase, "window"),
-                      (QPalette.Button, "button"), (QPalette.Highlight, "highlight"), (QPalette.ToolTipBase, "base")):
+                      (QPalette.Button, "button"), (QPalette.Highlight, "highlight"), (QPalette.ToolTipBase, "base"),
+                      (QPalette.HighlightedText, "highlighted_text"), (QPalette.PlaceholderText, "placeholder")):
         palette.setColor(role, QColor(colors[key]))
     for role in (QPalette.WindowText, QPalette.Text, QPalette.ButtonText, QPalette.ToolTipText):
-        palette.setColor(role, QColor(colors["text"]))
-    palette.setColor(QPalette.HighlightedText, QColor("#ffffff"))
-    palette.setColor(QPalette.PlaceholderText, QColor("#8a8f98"))
+        palette.setColor(role, QColor(theme.text))
+        palette.setColor(QPalette.ColorGroup.Disabled, role, QColor(theme.dim_text))
     app.setPalette(palette)
-    pg.setConfigOption("background", colors["chart_bg"])
-    pg.setConfigOption("foreground", colors["chart_fg"])
-    for chart in root.findChildren(ChartWidget) if root is not None else ():
-        chart.setBackground(colors["chart_bg"])
-        for axis in ("left", "bottom"):
-            chart.getPlotItem().getAxis(axis).setTextPen(colors["chart_fg"])
+    pg.setConfigOption("background", theme.chart_bg)
+    pg.setConfigOption("foreground", theme.chart_fg)

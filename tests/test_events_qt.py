@@ -1,0 +1,74 @@
+"""The app's Events pane shows the sentences `pilothouse events` prints, live; the run list's status
+icons are drawn, not taken from a font (no missing-glyph box for "paused")."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import tempfile
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="pilothouse-qt-config-")  # QSettings stays in tests
+
+import pytest  # noqa: E402
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from conftest import LOOP_UNTIL_STOPPED, finish, run_cli, start_trainer  # noqa: E402
+from PySide6.QtCore import QSize  # noqa: E402
+from PySide6.QtGui import QColor  # noqa: E402
+from PySide6.QtWidgets import QStyleOptionViewItem  # noqa: E402
+
+from pilothouse.client import Client  # noqa: E402
+from pilothouse.gui._qt.runs_table import COLUMNS, STATUS_COLORS  # noqa: E402
+from pilothouse.gui._qt.status_icons import SHAPES, SIZE, StatusDelegate, status_icon  # noqa: E402
+
+
+def test_events_pane_shows_the_clis_sentences_and_the_paused_icon_is_drawn(window, qtbot, tmp_path, agent_proc):
+    trainer = start_trainer(tmp_path, LOOP_UNTIL_STOPPED, agent_proc.url, "app", "evented")
+    run_id = trainer.stdout.readline().strip()
+    try:
+        w = window([agent_proc.url])
+        qtbot.waitUntil(lambda: any(w.table_model.row_at(i).run_id == run_id
+                                    for i in range(w.table_model.rowCount())), timeout=15000)
+        row = next(i for i in range(w.table_model.rowCount()) if w.table_model.row_at(i).run_id == run_id)
+        w.table.selectRow(row)
+        with Client(agent_proc.url, timeout=10) as c:
+            step = c.command(run_id, "pause", wait=10, who={"client": "gui"})["step"]
+            me = f"{getpass.getuser()}@{socket.gethostname()}"
+            qtbot.waitUntil(lambda: f"paused at step {step} by {me} (gui)" in w.events.toPlainText(), timeout=10000)
+            text = w.events.toPlainText()
+            assert f"pause requested by {me} (gui)" in text and "status: running on" in text
+            assert "{'" not in text and "who=" not in text  # sentences, not dicts
+            cli = run_cli("events", run_id, "--agent", agent_proc.url).stdout.splitlines()
+            assert text.splitlines() == cli[:len(text.splitlines())]  # the very lines of `pilothouse events`
+
+            qtbot.waitUntil(lambda: w.table_model.row_at(row).status == "paused", timeout=10000)
+            status = w.table_model.index(row, COLUMNS.index("status"))
+            delegate = w.table.itemDelegateForColumn(COLUMNS.index("status"))
+            assert isinstance(delegate, StatusDelegate)
+            option = QStyleOptionViewItem()
+            delegate.initStyleOption(option, status)
+            assert option.text == "paused" and not option.icon.isNull()  # the word; the icon says the rest
+            w.table.grab().save(str(tmp_path / "runs.png"))  # to look at when this fails
+            c.command(run_id, "stop", wait=10)
+        finish(trainer)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+
+
+def test_status_icons_are_drawn_in_the_status_color_and_differ(qtbot):
+    images = {}
+    for status in (*SHAPES, "unknown"):
+        color = QColor(STATUS_COLORS.get(status, "#8a8f98"))
+        image = status_icon(status, color).pixmap(QSize(SIZE, SIZE), 3.0).toImage()  # as on a HiDPI screen
+        assert image.width() == 3 * SIZE, status
+        pixels = [image.pixelColor(x, y) for x in range(image.width()) for y in range(image.height())]
+        painted = [p for p in pixels if p.alpha() == 255]
+        assert len(painted) > 40, status  # something is drawn, whatever fonts the machine has
+        assert all(abs(p.red() - color.red()) < 8 and abs(p.blue() - color.blue()) < 8 for p in painted), status
+        images[status] = image
+    assert len({bytes(i.constBits()) for i in images.values()}) == len(images)  # a shape each
