@@ -366,10 +366,10 @@ class Outbox:
                 self._inflight_bytes -= len(b.body)
 
     def _error(self, text: str) -> None:
-        self.stats.errors += 1
         if self.stats.last_error != text:
             log.warning("pilothouse agent: %s", text)
         self.stats.last_error = text
+        self.stats.errors += 1  # last: a reader that sees the count also sees the text
 
 
 def _pack_body(recs: list[tuple]) -> bytes:
