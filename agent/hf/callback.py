@@ -58,6 +58,7 @@ class PilothouseCallback(TrainerCallback):
         self.keys = keys
         self.trainer: Any = None
         self._bound: Any = None  # the optimizer bound to the run's changes
+        self._optimizer_keys: dict[str, str] = {}
         self._rollouts: GRPORollouts | None = None
         self._hold_at: int | None = None  # paused at this step: hold once it is logged
 
@@ -69,8 +70,9 @@ class PilothouseCallback(TrainerCallback):
             self.trainer = _calling_trainer(self)
             self._attach(args)
         if optimizer is not None and optimizer is not self._bound:  # once per optimizer, not per train()
-            keys = self.keys if self.keys is not None else \
-                {k: v for k, v in _OPTIMIZER_KEYS.items() if v in optimizer.param_groups[0]}
+            group = optimizer.param_groups[0]
+            keys = self._optimizer_keys if self.keys is not None else \
+                {k: v for k, v in self._optimizer_keys.items() if v in group}
             bind_optimizer(self.run, optimizer, lr_scheduler, keys)
             self._bound = optimizer
 
@@ -78,9 +80,11 @@ class PilothouseCallback(TrainerCallback):
         trainer = self.trainer
         knobs = trainer_knobs(trainer)
         settings = args.to_dict()
-        optimizer_keys = dict(self.keys) if isinstance(self.keys, Mapping) else \
-            {k: k for k in self.keys} if self.keys is not None else \
-            {k: v for k, v in _OPTIMIZER_KEYS.items() if isinstance(settings.get(k), (int, float))}
+        if self.keys is None:
+            optimizer_keys = {k: v for k, v in _OPTIMIZER_KEYS.items() if isinstance(settings.get(k), (int, float))}
+        else:
+            optimizer_keys = dict(self.keys) if isinstance(self.keys, Mapping) else {k: k for k in self.keys}
+        self._optimizer_keys = optimizer_keys  # config key -> param_group key, bound when the optimizer exists
         values = {k: settings[k] for k in optimizer_keys if k in settings}
         values.update({name: knob.get() for name, knob in knobs.items()})
         if self.run is None:  # the arguments are shown; adapt() below adds the tunable ones

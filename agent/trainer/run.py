@@ -113,9 +113,7 @@ class Run:
                  "pid_started": psutil.Process().create_time(), "created": time.time()}
         if alerts:
             hello["alerts"] = alerts
-        if len(pack(message("hello", **hello))) > MAX_HELLO_BYTES:
-            raise ValueError(f"config, tunable schema and alert rules take more than {MAX_HELLO_BYTES} bytes "
-                             "packed; keep large values (datasets, prompts) out of the config")
+        _check_hello(hello)
         self._broadcaster = broadcaster
         self._sync_every = sync_every
         self._outbox = Outbox(url, hello, max_buffer_bytes=buffer_bytes, heartbeat_interval=heartbeat)
@@ -221,8 +219,7 @@ class Run:
         fresh = {k: tunable[k] for k in tunable if k in added and k not in schema}
         schema.update(build_schema({**self._config, **added}, fresh) if fresh else {})
         hello = {**self._outbox.hello, "config": {**self._config, **added}, "schema": schema}
-        if len(pack(message("hello", **hello))) > MAX_HELLO_BYTES:
-            raise ValueError(f"the trainer's settings take more than {MAX_HELLO_BYTES} bytes packed")
+        _check_hello(hello)
         self._config.update(added)
         self._helm.schema = schema
         self._outbox.rehello({**hello, "config": self._config})  # the live config: a later hello says what is set
@@ -305,6 +302,13 @@ class Run:
         self._metric_names.update(added)
         self._known[names] = wire_names
         return wire_names
+
+
+def _check_hello(hello: dict) -> None:
+    """At init and whenever an adapter adds settings: the agent refuses a larger hello."""
+    if len(pack(message("hello", **hello))) > MAX_HELLO_BYTES:
+        raise ValueError(f"config, tunable schema and alert rules take more than {MAX_HELLO_BYTES} bytes "
+                         "packed; keep large values (datasets, prompts) out of the config")
 
 
 def _number(key: str, value: Any) -> float | int:
