@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from pilothouse.text import fmt_value
 from pilothouse.wire.tuning import past_step, validate_changes
 
 Ack = Callable[[dict[str, Any]], None]
@@ -174,7 +175,9 @@ class Helm:
                     callback(old)
             self.ack(cmd["cid"], "set", "rejected", step, f"not applied: {exc}")
             return {}
-        text = " ".join(f"{k}={_shown(e.value)}" + (f" ({e.why})" if e.why else "") for k, e in effects.items())
+        # shown as the CLI shows numbers: 0.2, not 0.20000000298023224 read back from a float32 tensor
+        text = " ".join(f"{k}={fmt_value(e.value) if type(e.value) is float else repr(e.value)}"
+                        + (f" ({e.why})" if e.why else "") for k, e in effects.items())
         self.ack(cmd["cid"], "set", "applied", step, f"{text} applied at step {step}",
                  {k: e.value for k, e in effects.items()}, config=values)
         return values
@@ -205,8 +208,3 @@ class Helm:
                 return None
             keys |= mine
         return keys
-
-
-def _shown(value: Any) -> str:
-    """A value as a person reads it: 0.2, not 0.20000000298023224 read back from a float32 tensor."""
-    return f"{value:.6g}" if type(value) is float else repr(value)
