@@ -148,15 +148,22 @@ class LocalStore:
         finally:
             self.db.execute("COMMIT")
 
+    def setting(self, key: str, default: Any = None) -> Any:
+        """A value the app remembers in this store (the last selection, pinned charts)."""
+        row = self.db.execute("SELECT value FROM settings WHERE key=?", [key]).fetchone()
+        return unpack_blob(row[0]) if row else default
+
+    def put_setting(self, key: str, value: Any) -> None:
+        with transaction(self.db):
+            self.db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", [key, pack(value)])
+
     def selection(self) -> list[tuple[str, str]]:
         """The runs selected when the app last closed or changed its selection, as (agent, run id)."""
-        row = self.db.execute("SELECT value FROM settings WHERE key='selection'").fetchone()
-        keys = unpack_blob(row[0]) if row else []
+        keys = self.setting("selection", [])
         return [(k[0], k[1]) for k in keys if isinstance(k, list) and len(k) == 2] if isinstance(keys, list) else []
 
     def remember_selection(self, keys: Sequence[tuple[str, str]]) -> None:
-        with transaction(self.db):
-            self.db.execute("INSERT OR REPLACE INTO settings VALUES ('selection', ?)", [pack([list(k) for k in keys])])
+        self.put_setting("selection", [list(k) for k in keys])
 
     def runs(self, agent: str | None = None) -> list[dict]:
         """Run dicts as the agent last reported them, each with its ``agent`` URL added."""

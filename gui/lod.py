@@ -350,6 +350,16 @@ class Series:
     def x_range(self) -> tuple[float, float] | None:
         return (float(self.x[0]), float(self.x[-1])) if len(self) else None
 
+    def y_range(self) -> tuple[float, float] | None:
+        """Min and max of the finite values, from the pyramid (cost per level, not per point);
+        None when there is none."""
+        low, high = self._one_range_minmax(0, len(self))
+        return None if np.isnan(low) else (low, high)
+
+    @property
+    def all_finite(self) -> bool:
+        return self._bad.n == 0
+
 
 def ema(values: np.ndarray, alpha: float, last: float = 0.0, count: int = 0) -> tuple[np.ndarray, float, int]:
     """TensorBoard's debiased EMA: ``alpha`` is its smoothing slider (weight of the past, 0 = raw).

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from PySide6.QtGui import QImage
+from PySide6.QtGui import QColor, QImage
 
 from pilothouse.gui._qt.chart import ChartWidget
 from pilothouse.gui._qt.export import export_chart_png, export_run_csv
@@ -48,6 +48,26 @@ def test_chart_png_is_a_real_image_of_the_chart(qtbot, tmp_path):
     assert not image.isNull() and image.width() > 100 and image.height() > 100
     colors = {image.pixel(x, y) for x in range(0, image.width(), 3) for y in range(0, image.height(), 3)}
     assert len(colors) > 3  # background, axes, text and the curve: not a blank frame
+
+
+def test_chart_png_names_each_visible_run_in_its_color_above_the_chart(qtbot, tmp_path):
+    chart = ChartWidget()
+    qtbot.addWidget(chart)
+    chart.resize(640, 400)
+    xs = np.arange(50, dtype=float)
+    for name, color in (("base", "#0072b2"), ("tuned", "#e69f00"), ("off", "#009e73")):
+        chart.add_curve(name, color=color, label=name)
+        chart.append(name, xs, np.cos(xs / 7))
+    chart.set_hidden("off", True)
+    path = tmp_path / "chart.png"
+    export_chart_png(chart, path)
+
+    image = QImage(str(path))
+    grab_height = chart.grab().height()
+    strip = image.height() - grab_height
+    assert strip > 10  # a legend row above the plot
+    legend = {QColor(image.pixel(x, y)).name() for x in range(image.width()) for y in range(strip)}
+    assert {"#0072b2", "#e69f00"} <= legend and "#009e73" not in legend  # a hidden run is not named
 
 
 def test_run_csv_has_every_point_bit_exact_in_the_cli_format(tmp_path):

@@ -1,5 +1,7 @@
 """The Charts tab: one chart per metric of the selected runs, grouped by prefix, runs overlaid,
 each run in its color (``pilothouse.gui.palette``) and named in the legend above the charts.
+Pinned charts come first, a search narrows the grid, flat charts fold into one line
+(``pilothouse.gui.chart_layout``).
 
 Selecting runs loads their history from the local store; live entries then append.  Both
 are read against one cursor per agent (taken in the same read snapshot as the history),
@@ -17,6 +19,7 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QScrollArea,
     QSlider,
     QVBoxLayout,
@@ -26,14 +29,16 @@ from PySide6.QtWidgets import (
 from pilothouse.wire.entries import KIND_METRIC, Entry, entry_points
 
 from ..alerts import Marker
+from ..chart_layout import arrange, constant_value, folded_text
 from ..local_store import LocalStore
-from ..models import RunKey, metric_groups, run_labels
+from ..models import RunKey, run_labels
 from ..palette import RunColors, color, dashed
 from .chart import AlertMark, ChartWidget
 from .legend import RunLegend
 
 COLUMNS = 2
 CHART_HEIGHT = 240
+PINNED = "pinned_charts"  # the store's setting: pinned metric names, in pin order
 
 
 class ChartsPanel(QWidget):
@@ -48,6 +53,15 @@ class ChartsPanel(QWidget):
         self.charts: dict[str, ChartWidget] = {}
         self.seen: dict[str, int] = {}  # agent url -> journal id up to which history was loaded
         self.alert_markers: dict[RunKey, list[Marker]] = {}
+        self.pinned: list[str] | None = None  # read from the store on the first show_runs
+        self.constant: dict[str, float] = {}  # charts whose every curve holds this one value
+        self.shown: list[str] = []  # the grid, in order
+        self.search = QLineEdit(placeholderText="search charts… (words or a glob: rewards/*)",
+                                clearButtonEnabled=True)
+        self.search.textChanged.connect(self._layout)
+        self.show_constant = QCheckBox("show constant charts")
+        self.show_constant.toggled.connect(self._layout)
+        self.folded = QLabel(wordWrap=True)
         self.smoothing = QSlider(Qt.Horizontal, minimum=0, maximum=99, value=0, toolTip="EMA smoothing")
         self.smoothing.valueChanged.connect(self._restyle)
         self.log_y = QCheckBox("log y")
@@ -62,7 +76,8 @@ class ChartsPanel(QWidget):
         controls.addWidget(self.log_y)
         controls.addWidget(QLabel("x:"))
         controls.addWidget(self.x_axis)
-        controls.addStretch()
+        controls.addWidget(self.search, 1)
+        controls.addWidget(self.show_constant)
         self.legend = RunLegend()
         self.legend.highlighted.connect(self._highlight)
         self.legend.hidden_changed.connect(self._hide)
@@ -76,6 +91,7 @@ class ChartsPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
         layout.addWidget(self.legend)
+        layout.addWidget(self.folded)
         layout.addWidget(self.hint)
         layout.addWidget(scroll)
 
@@ -85,12 +101,16 @@ class ChartsPanel(QWidget):
             chart.setParent(None)
             chart.deleteLater()
         self.charts = {}
+        self.constant = {}
         self.keys = list(keys)
         self.emphasis = None
         self.slots = self.run_colors.assign(self.keys)
         self.hidden &= set(self.keys)
         self.seen = {}
         self._store = store
+        if self.pinned is None:
+            saved = store.setting(PINNED, [])
+            self.pinned = [m for m in saved if isinstance(m, str)] if isinstance(saved, list) else []
         with store.snapshot():
             names = {(r["agent"], r["id"]): r.get("name") or "" for r in store.runs()}
             self.labels = run_labels({key: names.get(key, "") for key in self.keys})
@@ -115,6 +135,16 @@ class ChartsPanel(QWidget):
         if added:
             self._layout()
 
+    def pin(self, metric: str, on: bool = True) -> None:
+        """Pin a chart to the top of the grid (or unpin it); remembered in the app's store."""
+        pins = [m for m in self.pinned or [] if m != metric] + ([metric] if on else [])
+        self.pinned = pins
+        if self._store is not None:
+            self._store.put_setting(PINNED, pins)
+        if metric in self.charts:
+            self._title(metric)
+        self._layout()
+
     def show_alerts(self, markers: dict[RunKey, list[Marker]]) -> None:
         """Alert markers of the charted runs: on the chart of the alert's metric, or on every
         chart of the run for an alert without one (a stale run)."""
@@ -137,7 +167,12 @@ class ChartsPanel(QWidget):
         chart.set_alert_marks(marks)
 
     def redraw(self) -> None:
-        self.hint.setVisible(not self.charts)
+        self.hint.setVisible(not self.shown)
+        if self.charts and not self.shown:
+            self.hint.setText("No chart matches the search." if self.search.text().strip()
+                              else "Every chart is constant: tick \"show constant charts\" to see them.")
+        else:
+            self.hint.setText("Select runs on the left to chart them; select several to compare.")
 
     def _append(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray) -> bool:
         """Returns True when a new chart was made (the grid needs laying out again)."""
@@ -149,7 +184,9 @@ class ChartsPanel(QWidget):
             if len(self.charts) > 1:  # zoom and pan one chart, all follow
                 chart.setXLink(next(iter(self.charts.values())))
             chart.setMinimumHeight(CHART_HEIGHT)
-            chart.setTitle(metric)
+            self._title(metric)
+            menu = chart.getPlotItem().getViewBox().menu  # right-click on the chart
+            menu.addAction("Pin to top / unpin", lambda m=metric: self.pin(m, m not in (self.pinned or [])))
             self._style(chart)
             self._mark(metric, chart)
         name = key[1]
@@ -160,19 +197,41 @@ class ChartsPanel(QWidget):
             chart.set_emphasis(self.emphasis[1] if self.emphasis is not None else None)
         xs = times if self.x_axis.currentText() == "wall time" else steps.astype(float)
         chart.append(name, xs, vals)
-        return new
+        return self._check_constant(metric, chart) or new
+
+    def _check_constant(self, metric: str, chart: ChartWidget) -> bool:
+        """Re-decide whether a chart is flat; True when that changed (the grid must change)."""
+        series = [c.series for c in chart.curves.values()]
+        value = constant_value((s.y_range() for s in series), (s.x_range() for s in series),
+                               all(s.all_finite for s in series))
+        was = self.constant.get(metric)
+        if value is None:
+            self.constant.pop(metric, None)
+        else:
+            self.constant[metric] = value
+        return (was is None) != (value is None)
+
+    def _title(self, metric: str) -> None:
+        self.charts[metric].setTitle(f"{metric}  (pinned)" if metric in (self.pinned or []) else metric)
 
     def _reload(self, *_: object) -> None:
         """Another x axis: the charts are rebuilt from the store."""
         if self._store is not None:
             self.show_runs(self.keys, self._store)
 
-    def _layout(self) -> None:
+    def _layout(self, *_: object) -> None:
         for chart in self.charts.values():
             self.grid.removeWidget(chart)
-        ordered = [m for group in metric_groups(self.charts).values() for m in group]
-        for i, metric in enumerate(ordered):
+        grid = arrange(self.charts, self.pinned or [], self.search.text(), self.constant,
+                       self.show_constant.isChecked())
+        self.shown = grid.shown
+        for i, metric in enumerate(grid.shown):
             self.grid.addWidget(self.charts[metric], i // COLUMNS, i % COLUMNS)
+            self.charts[metric].show()
+        for metric in set(self.charts) - set(grid.shown):
+            self.charts[metric].hide()
+        self.folded.setText(folded_text(grid.folded, self.constant))
+        self.folded.setVisible(bool(grid.folded))
         self.redraw()
 
     def _highlight(self, key: RunKey | None) -> None:
