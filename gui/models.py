@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pilothouse.gui.run_columns import CONFIG, FIXED, MISSING, SUMMARY, Column, default_config_columns, ordered
 from pilothouse.wire.metric_order import by_importance, importance
 
 RunKey = tuple[str, str]  # (agent URL, run id): run ids are only unique per agent
@@ -33,6 +34,8 @@ class RunRow:
     lost_records: int
     created: float
     alerts: int = 0  # rules firing on this run now (pilothouse.gui.alerts)
+    config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # flattened: dotted keys
+    summary: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # metric -> last value
 
     @property
     def key(self) -> RunKey:
@@ -46,13 +49,23 @@ class RunRow:
     def from_run(cls, run: dict, agent: str | None = None) -> "RunRow":
         """A row from a run dict of ``Client.runs()`` or ``LocalStore.runs()`` (which adds ``agent``).
         Its key metric is the agent's ``key``: the CLI and every app show the same headline."""
-        summary = run.get("summary") or {}
+        summary = run.get("summary") if isinstance(run.get("summary"), dict) else {}
+        config = run.get("config") if isinstance(run.get("config"), dict) else {}
         metric = run["key"] if isinstance(run.get("key"), str) else None
         return cls(agent=agent if agent is not None else run.get("agent", ""), run_id=run["id"],
                    project=run.get("project") or "", name=run.get("name") or "",
                    status=run.get("status") or "", step=run.get("last_step"), key_metric=metric,
                    key_value=summary.get(metric) if metric else None, host=run.get("host") or "",
-                   lost_records=run.get("lost_records") or 0, created=run.get("created") or 0.0)
+                   lost_records=run.get("lost_records") or 0, created=run.get("created") or 0.0,
+                   config=flatten(config), summary=dict(summary))
+
+    def value(self, column: Column) -> Any:
+        """The row's value in ``column`` as it sorts (``MISSING`` where the run has none)."""
+        if column.source == CONFIG:
+            return self.config.get(column.key, MISSING)
+        if column.source == SUMMARY:
+            return self.summary.get(column.key, MISSING)
+        return _FIXED_VALUES[column.key](self)
 
     def matches(self, text: str) -> bool:
         """Case-insensitive: every word of ``text`` appears in the project, name, id or host."""
@@ -66,8 +79,22 @@ def sort_key(row: RunRow) -> tuple:
     return (severity, -row.created, row.title, row.key)
 
 
+def _or_missing(value: Any) -> Any:
+    return MISSING if value is None or value == "" else value
+
+
+# what a click on a fixed column's header sorts by: a status by its severity, the rest as shown
+_FIXED_VALUES = {
+    "status": lambda row: SEVERITY.get(row.status, len(SEVERITY)), "alerts": lambda row: row.alerts,
+    "run": lambda row: row.title, "step": lambda row: _or_missing(row.step),
+    "key metric": lambda row: _or_missing(row.key_value), "host": lambda row: _or_missing(row.host),
+    "lost": lambda row: row.lost_records,
+}
+
+
 class RunsModel:
-    """The run list of every agent: filtered, ordered by severity, with a multi-selection."""
+    """The run list of every agent: filtered, ordered by severity or by a column, with config and
+    summary columns and a multi-selection."""
 
     def __init__(self, include_system: bool = False):
         self.include_system = include_system  # the agents' sys-HOST runs belong to the GPU panel
@@ -75,6 +102,8 @@ class RunsModel:
         self._rows: dict[RunKey, RunRow] = {}
         self._alerts: dict[RunKey, int] = {}
         self._selected: list[RunKey] = []
+        self._columns: list[Column] | None = None  # the extra columns chosen; None: the default ones
+        self._sort: tuple[Column, bool] | None = None  # (column, descending); None: by severity
 
     def set_runs(self, runs: Iterable[dict]) -> None:
         """Replace every run (dicts carrying ``agent``, as ``LocalStore.runs()`` returns)."""
@@ -102,11 +131,74 @@ class RunsModel:
         self.filter_text = text.strip()
 
     def rows(self) -> list[RunRow]:
-        """The rows to show, in display order."""
+        """The rows to show, in display order: by the sorted column while it is shown, else by severity."""
+        listed = self._listed()
+        if self._sort is not None and (self._sort[0] in FIXED or self._sort[0] in self._extra(listed)):
+            column, descending = self._sort
+            return ordered(listed, lambda row: row.value(column), descending)
+        return listed
+
+    def _listed(self) -> list[RunRow]:
         return sorted((r for r in self._rows.values() if r.matches(self.filter_text)), key=sort_key)
 
     def row(self, key: RunKey) -> RunRow | None:
         return self._rows.get(key)
+
+    # --- columns (config keys and last values beside the fixed ones) and sorting -------------
+
+    @property
+    def default_columns(self) -> bool:
+        """Whether the extra columns are the default ones (no choice made)."""
+        return self._columns is None
+
+    def extra_columns(self) -> list[Column]:
+        """The columns shown after the fixed ones: those chosen, else the config keys that differ
+        between the listed runs (at most ``run_columns.DEFAULT_LIMIT``)."""
+        return self._extra(self._listed())
+
+    def _extra(self, listed: list[RunRow]) -> list[Column]:
+        if self._columns is not None:
+            return list(self._columns)
+        return default_config_columns([r.config for r in listed], config_diff({r.key: r.config for r in listed}))
+
+    def set_extra_columns(self, columns: Iterable[Column] | None) -> None:
+        """Show these columns (in this order) after the fixed ones; None: the default ones."""
+        self._columns = None if columns is None else list(dict.fromkeys(columns))
+
+    def toggle_column(self, column: Column) -> None:
+        """Show ``column`` if hidden, else hide it (and stop sorting by it)."""
+        shown = self.extra_columns()
+        if column in shown:
+            shown.remove(column)
+            if self._sort is not None and self._sort[0] == column:
+                self._sort = None
+        else:
+            shown.append(column)
+        self._columns = shown
+
+    def available_columns(self) -> list[Column]:
+        """Every config key (by name) and summary metric (by importance) of the listed runs."""
+        listed = self._listed()
+        config = sorted(set().union(*(r.config for r in listed)))
+        summary = by_importance(set().union(*(r.summary for r in listed)))
+        return [Column(CONFIG, k) for k in config] + [Column(SUMMARY, m) for m in summary]
+
+    @property
+    def sort(self) -> tuple[Column, bool] | None:
+        """(column, descending) the rows are sorted by, None for the default severity order."""
+        return self._sort
+
+    def sort_by(self, column: Column | None, descending: bool = False) -> None:
+        self._sort = None if column is None else (column, descending)
+
+    def cycle_sort(self, column: Column) -> None:
+        """A header click: ascending, then descending, then back to the severity order."""
+        if self._sort is None or self._sort[0] != column:
+            self.sort_by(column)
+        elif not self._sort[1]:
+            self.sort_by(column, descending=True)
+        else:
+            self.sort_by(None)
 
     # --- selection (runs to compare) -------------------------------------------------------
 

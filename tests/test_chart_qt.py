@@ -141,3 +141,102 @@ def test_mouse_move_shows_the_readout(chart):
     chart.scene().sigMouseMoved.emit(vb.sceneBoundingRect().center())
     assert chart.readout_label.toPlainText().startswith("x = ")
 
+
+
+def group_chart(qtbot, n):
+    """A shown chart with one run and a group of n points whose band has a spike at 0.65 n."""
+    widget = ChartWidget()
+    qtbot.addWidget(widget)
+    widget.resize(600, 400)
+    widget.show()
+    qtbot.waitExposed(widget)
+    widget.add_curve("run")
+    widget.append("run", np.linspace(0, n, 100), np.zeros(100))
+    widget.add_group("g", color=PALETTE[2], label="lr=0.001")
+    xs = np.arange(n, dtype=float)
+    mean = np.sin(xs / (n / 20))
+    lo, hi = mean - 1, mean + 1
+    hi[int(0.65 * n)] = 40.0
+    gap = [n // 1000, n // 1000 + 1]
+    lo[gap] = hi[gap] = mean[gap] = np.nan  # no run has a value there
+    widget.set_group("g", xs, mean, lo, hi, np.full(n, 3))
+    widget.flush()
+    return widget
+
+
+@pytest.fixture
+def grouped(qtbot):
+    return group_chart(qtbot, 10_000)
+
+
+def test_a_group_is_a_mean_curve_and_a_band_both_per_pixel(qtbot):
+    grouped = group_chart(qtbot, 1_000_000)
+    band = grouped.bands["g"]
+    pixels = grouped.getPlotItem().getViewBox().width()
+    mean_xs, _ = drawn(grouped.curves["g"].raw)
+    lo_xs, lo = drawn(band.lo_edge)
+    hi_xs, hi = drawn(band.hi_edge)
+    assert len(mean_xs) <= 4 * pixels and len(lo_xs) <= 2 * pixels + 8
+    assert np.array_equal(lo_xs, hi_xs) and np.array_equal(np.isnan(lo), np.isnan(hi))
+    assert np.nanmax(hi) == 40.0 and np.nanmin(lo) == pytest.approx(-2.0, abs=1e-3)
+    assert np.isnan(lo).any()  # the gap where no run has a value
+    assert not band.fill.path().isEmpty() and band.fill.zValue() < grouped.curves["g"].raw.zValue()
+    assert band.fill.brush().color().alpha() < 255
+    vb = grouped.getPlotItem().getViewBox()
+    qtbot.waitUntil(lambda: vb.viewRange()[1][1] >= 40.0, timeout=2000)  # the y range holds the band
+
+
+def test_a_hidden_group_hides_its_band_and_leaves_the_y_range(grouped):
+    band = grouped.bands["g"]
+    grouped.set_hidden("g", True)
+    assert grouped.hidden("g") and not any(i.isVisible() for i in (band.lo_edge, band.hi_edge, band.fill))
+    assert grouped.getPlotItem().getViewBox().viewRange()[1][1] < 40.0
+    assert "lr=0.001" not in grouped.readout(10.0)
+    grouped.set_hidden("g", False)
+    assert all(i.isVisible() for i in (band.lo_edge, band.hi_edge, band.fill))
+
+
+def test_group_emphasis_dims_the_band_and_smoothing_smooths_the_mean(grouped):
+    band = grouped.bands["g"]
+    alpha = band.fill.brush().color().alpha()
+    grouped.set_emphasis("run")
+    assert band.fill.brush().color().alpha() == round(alpha * DIM_FACTOR)
+    grouped.set_emphasis("g")
+    assert band.fill.brush().color().alpha() == alpha
+    assert grouped.curves["g"].raw.opts["pen"].widthF() == EMPHASIS_WIDTH
+    grouped.set_smoothing(0.9)
+    grouped.flush()
+    assert grouped.curves["g"].smooth.isVisible() and len(drawn(grouped.curves["g"].smooth)[0]) > 0
+
+
+def test_group_readout_shows_mean_min_max_and_runs(qtbot):
+    from pilothouse.gui.groups import band
+
+    widget = ChartWidget()
+    qtbot.addWidget(widget)
+    widget.add_group("g", label="lr=0.001")
+    xs = np.arange(10.0)
+    runs = [(xs, np.full(10, 1.0)), (xs, np.full(10, 3.0)), (xs, np.where(xs == 4, np.nan, 2.0))]
+    widget.set_group("g", *band(runs))
+    assert "lr=0.001: 2 (1 … 3, 3 runs)  (x 7)" in widget.readout(7.2)
+    assert "lr=0.001: 2 (1 … 3, 2 runs)  (x 4)" in widget.readout(4.0)
+    widget.set_group("g", *band(runs[:1]))  # replaced, not appended
+    assert "lr=0.001: 1 (1 … 1, 1 run)" in widget.readout(4.0) and len(widget.curves["g"].series) == 10
+    with pytest.raises(ValueError, match="differ in length"):
+        widget.set_group("g", xs, xs, xs, xs, xs[:3])
+    with pytest.raises(ValueError, match="must increase"):
+        widget.set_group("g", xs[::-1], xs, xs, xs, xs)
+
+
+def test_group_band_on_a_log_axis_leaves_out_what_log_cannot_place(grouped):
+    xs = np.arange(1000.0)
+    lo = np.where(xs < 500, -1.0, 0.5)  # no log below 500
+    grouped.set_group("g", xs, np.ones(1000), lo, np.full(1000, 40.0), np.full(1000, 2))
+    grouped.set_log_y(True)
+    grouped.flush()
+    band = grouped.bands["g"]
+    xs_drawn, lo = drawn(band.lo_edge)
+    _, hi = drawn(band.hi_edge)
+    assert np.array_equal(np.isnan(lo), np.isnan(hi)) and np.isnan(lo[xs_drawn < 499]).all()
+    assert np.nanmax(hi) == pytest.approx(np.log10(40.0)) and np.nanmin(lo) == pytest.approx(np.log10(0.5))
+    grouped.set_log_y(False)

@@ -93,3 +93,58 @@ def test_a_pinned_chart_leads_and_stays_pinned_in_a_new_window(qtbot, store):
     assert grid_order(again)[0] == "loss"
     again.pin("loss", False)
     assert grid_order(again) == ["reward", "kl", "loss"] and store.setting("pinned_charts") == []
+
+
+def seeds_store(tmp_path) -> LocalStore:
+    """Two learning rates, two seeds each: reward = lr * 1000 + seed at every step."""
+    store = LocalStore(tmp_path / "seeds.sqlite")
+    runs, entries = [], []
+    for i, (lr, seed) in enumerate([(1e-3, 1), (1e-3, 2), (2e-3, 1), (2e-3, 2)]):
+        run = f"r{i}"
+        runs.append({"id": run, "project": "p", "name": f"lr{lr:g}-seed{seed}", "status": "running",
+                     "created": float(i), "config": {"opt": {"lr": lr}, "seed": seed}})
+        e = chunk(i + 1, "reward", np.arange(5), np.full(5, lr * 1000 + seed))
+        entries.append(e._replace(run=run))
+    store.put_runs(A, runs)
+    store.write_page(A, entries, len(entries))
+    return store
+
+
+def test_runs_grouped_by_a_config_key_are_drawn_as_mean_and_band_and_follow_live_points(qtbot, tmp_path):
+    store = seeds_store(tmp_path)
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    keys = [(A, f"r{i}") for i in range(4)]
+    panel.show_runs(keys, store)
+    choices = [panel.group_box.itemData(i) for i in range(panel.group_box.count())]
+    assert choices == [None, "name", "config:opt.lr", "config:seed"]  # the keys that tell the runs apart
+    panel.group_box.setCurrentIndex(choices.index("config:opt.lr"))
+    panel.group_box.activated.emit(panel.group_box.currentIndex())
+
+    chart = panel.charts["reward"]
+    assert set(chart.curves) == {"group:opt.lr=0.001", "group:opt.lr=0.002"}  # groups, not runs
+    assert [e.text() for e in panel.legend.entries.values()] == ["opt.lr=0.001 · 2 runs", "opt.lr=0.002 · 2 runs"]
+    assert "opt.lr=0.001: 2.5 (2 … 3, 2 runs)" in chart.readout(3.0)
+    assert not panel.x_axis.isEnabled()  # groups align their runs by step
+
+    panel.add_entries(A, [chunk(10, "reward", [5], [5.0])._replace(run="r1")])  # one run of a group moves on
+    qtbot.waitUntil(lambda: "opt.lr=0.001: 5 (5 … 5, 1 run)" in chart.readout(5.0), timeout=3000)
+    store.close()
+
+
+def test_runs_grouped_by_a_name_pattern_and_a_bad_pattern_says_why(qtbot, tmp_path):
+    store = seeds_store(tmp_path)
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    panel.show_runs([(A, f"r{i}") for i in range(4)], store)
+    panel.group_box.setCurrentIndex(panel.group_box.findData("name"))
+    panel.group_box.activated.emit(panel.group_box.currentIndex())
+    assert panel.name_pattern.isVisible()
+    assert set(panel.charts["reward"].curves) == {"group:lr0.001", "group:lr0.002"}
+
+    panel.name_pattern.setText("seed(")  # a typo in the pattern
+    panel.name_pattern.editingFinished.emit()
+    assert panel.group_note.isVisible() and "bad name pattern" in panel.group_note.text()
+    assert set(panel.charts["reward"].curves) == {"r0", "r1", "r2", "r3"}  # drawn ungrouped, nothing lost
+    store.close()

@@ -18,12 +18,12 @@ pytest.importorskip("pytestqt")
 
 from conftest import LOOP_UNTIL_STOPPED, finish, run_cli, start_trainer  # noqa: E402
 from PySide6.QtCore import QSize  # noqa: E402
-from PySide6.QtGui import QColor  # noqa: E402
 from PySide6.QtWidgets import QStyleOptionViewItem  # noqa: E402
 
 from pilothouse.client import Client  # noqa: E402
-from pilothouse.gui._qt.runs_table import COLUMNS, STATUS_COLORS  # noqa: E402
+from pilothouse.gui._qt.runs_table import COLUMNS  # noqa: E402
 from pilothouse.gui._qt.status_icons import SHAPES, SIZE, StatusDelegate, status_icon  # noqa: E402
+from pilothouse.gui._qt.theme import status_color  # noqa: E402
 
 
 def test_events_pane_shows_the_clis_sentences_and_the_paused_icon_is_drawn(window, qtbot, tmp_path, agent_proc):
@@ -63,7 +63,7 @@ def test_events_pane_shows_the_clis_sentences_and_the_paused_icon_is_drawn(windo
 def test_status_icons_are_drawn_in_the_status_color_and_differ(qtbot):
     images = {}
     for status in (*SHAPES, "unknown"):
-        color = QColor(STATUS_COLORS.get(status, "#8a8f98"))
+        color = status_color(status)
         image = status_icon(status, color).pixmap(QSize(SIZE, SIZE), 3.0).toImage()  # as on a HiDPI screen
         assert image.width() == 3 * SIZE, status
         pixels = [image.pixelColor(x, y) for x in range(image.width()) for y in range(image.height())]

@@ -9,8 +9,9 @@ import itertools
 import pytest
 
 from pilothouse.gui.colors import ciede2000, contrast, distance, lab, luminance, simulate
+from pilothouse.gui.models import SEVERITY
 from pilothouse.gui.palette import PALETTE, RunColors, color, dashed
-from pilothouse.gui.themes import AA_TEXT, TEXT_PAIRS, THEMES, Theme
+from pilothouse.gui.themes import AA_TEXT, STATUSES, TEXT_PAIRS, THEMES, Theme, status_role
 
 # least CIEDE2000 between any two palette colors; ~2 is just noticeable, >10 is "another color"
 MIN_DISTANCE = {None: 20.0, "deuteranopia": 12.0, "protanopia": 12.0, "tritanopia": 10.0}
@@ -51,6 +52,17 @@ def test_every_text_pair_meets_wcag_aa(theme: Theme):
     failing = {(fg, bg): round(contrast(getattr(theme, fg), getattr(theme, bg)), 2) for fg, bg in TEXT_PAIRS
                if contrast(getattr(theme, fg), getattr(theme, bg)) < AA_TEXT}
     assert not failing, f"{theme.name}: {failing}"
+
+
+@pytest.mark.parametrize("theme", THEMES, ids=lambda t: t.name)
+def test_run_statuses_are_readable_and_tell_apart(theme: Theme):
+    """Each status the run list knows has its own color, checked as text on the table (TEXT_PAIRS);
+    the colors differ plainly (the icons' shapes tell them apart for color-blind eyes too)."""
+    assert set(STATUSES) == set(SEVERITY) and status_role("weird") == "dim_text"
+    assert {(status_role(s), "base") for s in STATUSES} <= set(TEXT_PAIRS)
+    colors = [getattr(theme, status_role(s)) for s in STATUSES]
+    worst = min(itertools.combinations(colors, 2), key=lambda p: distance(*p))
+    assert distance(*worst) >= 15, (theme.name, worst)
 
 
 def test_differing_config_values_stand_out_from_the_table():

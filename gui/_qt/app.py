@@ -48,7 +48,7 @@ from .charts import ChartsPanel
 from .config import ConfigPanel
 from .export import export_chart_png, export_run_csv
 from .rollouts import RolloutsPanel
-from .runs_table import COLUMNS, RunsTableModel
+from .runs_table import COLUMNS, RunsHeader, RunsTableModel
 from .status_icons import StatusDelegate
 from .system import SystemPanel
 from .theme import apply_theme
@@ -114,6 +114,7 @@ class MainWindow(QMainWindow):
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setWordWrap(False)
         self.table.setItemDelegateForColumn(COLUMNS.index("status"), StatusDelegate(self.table))  # drawn icons
+        self.table_header = RunsHeader(self.table, self.table_model, self._schedule)  # sort, choose columns
         self.table.selectionModel().selectionChanged.connect(self._on_select)
         left = QWidget()
         column = QVBoxLayout(left)

@@ -6,6 +6,10 @@ pyqtgraph's own downsampling re-scans every point each frame; here each curve as
 
 The widget follows the data (x range = all points) until the x range is changed by anyone else
 (pan, zoom, ``setXRange``); ``set_follow(True)`` or the plot's auto-range button brings it back.
+
+A group of runs (``add_group``) is a curve of its mean plus a translucent band between its runs'
+min and max: two more Series, drawn per pixel column like the curves (each column's lowest min
+and highest max), with a ``FillBetweenItem`` between them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ DIM_FACTOR = 0.22  # while one run is highlighted, the others keep this much of 
 EMPHASIS_WIDTH = 2.5
 MARKER_COLOR = "#d62728"  # the ticks of non-finite values (a mark, not text)
 MAX_ALERT_LINES = 50  # a flapping rule must not bury the curves: the newest are drawn
+BAND_ALPHA = 60  # a group's min/max band behind its mean curve
 
 
 @dataclass(frozen=True)
@@ -49,12 +54,25 @@ class _Curve:
     dashed: bool = False
 
 
+@dataclass
+class _Band:
+    """A group's min and max over its runs, per x of its mean curve, and how many runs count there."""
+
+    lo: Series
+    hi: Series
+    count: np.ndarray
+    lo_edge: pg.PlotDataItem
+    hi_edge: pg.PlotDataItem
+    fill: pg.FillBetweenItem
+
+
 class ChartWidget(pg.PlotWidget):
     """Named curves, each backed by a Series; redraws only what the pixels can show."""
 
     def __init__(self, parent=None, redraw_ms: int = 30, axisItems: dict | None = None) -> None:  # noqa: N803
         super().__init__(parent, axisItems=axisItems)
         self.curves: dict[str, _Curve] = {}
+        self.bands: dict[str, _Band] = {}  # the groups' bands, by the name of their mean curve
         self._smoothing = 0.0
         self._follow = True
         self._setting_range = False
@@ -103,6 +121,38 @@ class ChartWidget(pg.PlotWidget):
         self._style(name, curve)
         return curve.series
 
+    def add_group(self, name: str, color: str | None = None, label: str | None = None,
+                  dashed: bool = False) -> None:
+        """A new empty group: a mean curve ``name`` (smoothed, hidden and emphasized like a run's)
+        and its min/max band; ``set_group`` gives it its points."""
+        self.add_curve(name, color, label, dashed)
+        edges = [pg.PlotDataItem(connect="finite", pen=pg.mkPen(None)) for _ in range(2)]
+        for edge in edges:
+            self.addItem(edge)  # invisible lines, but in the y range: it includes the band
+        fill = pg.FillBetweenItem(*edges)
+        self.addItem(fill, ignoreBounds=True)
+        self.bands[name] = _Band(Series(), Series(), np.empty(0, np.int64), *edges, fill)
+        self._style(name, self.curves[name])
+
+    def set_group(self, name: str, xs: np.ndarray, mean: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                  count: np.ndarray) -> None:
+        """Replace a group's points with ``pilothouse.gui.groups.band``'s (xs, mean, lo, hi, count):
+        a band is recomputed from its runs, not appended to. Costs O(points) (three pyramids and
+        the EMA when smoothing), so call it on a timer, not on every append. xs must increase."""
+        xs = np.asarray(xs, np.float64)
+        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        if not len(xs) == len(mean) == len(lo) == len(hi) == len(count):
+            raise ValueError("a group's xs, mean, lo, hi and count differ in length")
+        if (np.diff(xs) <= 0).any():  # the readout finds a point's count by its x
+            raise ValueError("a group's xs must increase")
+        gap = ~(np.isfinite(lo) & np.isfinite(hi))  # one gap for both edges: the fill pairs their pieces
+        curve, band = self.curves[name], self.bands[name]
+        curve.series = _filled(xs, mean)
+        curve.ema = Ema(curve.series, self._smoothing) if self._smoothing else None
+        band.lo, band.hi = _filled(xs, np.where(gap, np.nan, lo)), _filled(xs, np.where(gap, np.nan, hi))
+        band.count = np.asarray(count)
+        self.schedule_redraw()
+
     def set_emphasis(self, name: str | None) -> None:
         """Draw curve ``name`` wide and on top and dim the others (a hovered legend entry); None: all alike."""
         self.emphasis = name if name in self.curves else None
@@ -114,6 +164,10 @@ class ChartWidget(pg.PlotWidget):
         curve = self.curves[name]
         curve.raw.setVisible(not hidden)
         curve.smooth.setVisible(not hidden and curve.ema is not None)
+        if name in self.bands:
+            band = self.bands[name]
+            for item in (band.lo_edge, band.hi_edge, band.fill):
+                item.setVisible(not hidden)
         self._vb.updateAutoRange()
 
     def hidden(self, name: str) -> bool:
@@ -206,6 +260,10 @@ class ChartWidget(pg.PlotWidget):
         for item in (curve.raw, curve.smooth):
             item.setZValue(1 if wide else 0)
         curve.smooth.setVisible(curve.ema is not None and curve.raw.isVisible())
+        if name in self.bands:
+            fill = pg.mkColor(curve.color)
+            fill.setAlpha(round(BAND_ALPHA * dim))
+            self.bands[name].fill.setBrush(fill)
 
     def _range_changed(self, *_: object) -> None:
         if not self._setting_range:  # a pan, zoom or setXRange: keep that range
@@ -228,12 +286,26 @@ class ChartWidget(pg.PlotWidget):
             if curve.ema is not None:
                 curve.smooth.setData(*curve.ema.update().view(x0, x1, pixels))
             bad.append(curve.series.nonfinite(x0, x1))
+        for band in self.bands.values():
+            self._draw_band(band, x0, x1, pixels)
         marks = np.concatenate(bad) if bad else np.empty(0)
         if len(marks) and x1 > x0:  # one tick per pixel column is enough
             column = np.floor((marks - x0) / (x1 - x0) * pixels)
             marks = marks[np.unique(column, return_index=True)[1]]
         self._marker_x = marks
         self._place_markers()
+
+    def _draw_band(self, band: _Band, x0: float, x1: float, pixels: int) -> None:
+        """The band's edges for this range: per pixel column the lowest min and the highest max,
+        with the same gaps on both (on a log axis also where an edge is not positive)."""
+        xs, lo = _edge(*band.lo.view(x0, x1, pixels), np.fmin)
+        _, hi = _edge(*band.hi.view(x0, x1, pixels), np.fmax)
+        if band.lo_edge.opts["logMode"][1]:  # the plot's log y, whoever set it
+            with np.errstate(invalid="ignore"):
+                gap = (lo <= 0) | (hi <= 0)
+            lo, hi = np.where(gap, np.nan, lo), np.where(gap, np.nan, hi)
+        band.lo_edge.setData(xs, lo)
+        band.hi_edge.setData(xs, hi)
 
     def _fit_x(self) -> None:
         ranges = [r for c in self.curves.values() if (r := c.series.x_range())]
@@ -255,13 +327,23 @@ class ChartWidget(pg.PlotWidget):
         self.markers.setData(self._marker_x, y)
 
     def readout(self, x: float) -> str:
-        """Crosshair text: x and each curve's value at its nearest point."""
+        """Crosshair text: x and each curve's value at its nearest point (a group's: its mean, then
+        its runs' min … max there and how many runs have a value)."""
         lines = [f"x = {x:.6g}"]
-        for curve in self.curves.values():
+        for name, curve in self.curves.items():
             point = curve.series.nearest(x) if curve.raw.isVisible() else None
-            if point is not None:
-                lines.append(f"{curve.label}: {point[1]:.6g}  (x {point[0]:.6g})")
+            if point is None:
+                continue
+            spread = self._spread(self.bands[name], point[0]) if name in self.bands else ""
+            lines.append(f"{curve.label}: {point[1]:.6g}{spread}  (x {point[0]:.6g})")
         return "\n".join(lines)
+
+    @staticmethod
+    def _spread(band: _Band, x: float) -> str:
+        """A group's min, max and run count at its point x, for the readout."""
+        i = int(np.searchsorted(band.lo.x, x))
+        n = int(band.count[i])
+        return f" ({band.lo.y[i]:.6g} … {band.hi.y[i]:.6g}, {n} run{'' if n == 1 else 's'})"
 
     def _mouse_moved(self, pos: QtCore.QPointF) -> None:
         if not self._vb.sceneBoundingRect().contains(pos):
@@ -271,3 +353,23 @@ class ChartWidget(pg.PlotWidget):
         self.readout_label.setText(self.readout(x))
         (x0, _), (_, y1) = self._vb.viewRange()
         self.readout_label.setPos(x0, y1)
+
+
+def _filled(xs: np.ndarray, ys: np.ndarray) -> Series:
+    series = Series()
+    series.append(xs, ys)
+    return series
+
+
+def _edge(xs: np.ndarray, ys: np.ndarray, reduce: np.ufunc) -> tuple[np.ndarray, np.ndarray]:
+    """One point per x of a ``Series.view()``: its column's lowest (``np.fmin``) or highest
+    (``np.fmax``) value, so a band edge does not zigzag inside a pixel column; a NaN after it
+    where the column holds one keeps the gap."""
+    if not len(xs):
+        return xs, ys
+    first = np.flatnonzero(np.append(True, xs[1:] != xs[:-1]))
+    edge = reduce.reduceat(ys, first)
+    gap = np.logical_or.reduceat(np.isnan(ys), first)
+    points = np.column_stack([edge, np.full(len(edge), np.nan)])
+    keep = np.column_stack([np.ones(len(edge), bool), gap])
+    return np.repeat(xs[first], 1 + gap), points[keep]

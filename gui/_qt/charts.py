@@ -1,7 +1,8 @@
 """The Charts tab: one chart per metric of the selected runs, grouped by prefix, runs overlaid,
 each run in its color (``pilothouse.gui.palette``) and named in the legend above the charts.
 Pinned charts come first, a search narrows the grid, flat charts fold into one line
-(``pilothouse.gui.chart_layout``).
+(``pilothouse.gui.chart_layout``).  Grouped (by a config key or a name pattern), each group is
+drawn as its mean with a min/max band (``pilothouse.gui.groups``) instead of its runs.
 
 Selecting runs loads their history from the local store; live entries then append.  Both
 are read against one cursor per agent (taken in the same read snapshot as the history),
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -30,8 +31,10 @@ from pilothouse.wire.entries import KIND_METRIC, Entry, entry_points
 
 from ..alerts import Marker
 from ..chart_layout import arrange, constant_value, folded_text
+from ..groups import band, group_runs
 from ..local_store import LocalStore
-from ..models import RunKey, run_labels
+from ..lod import Series
+from ..models import RunKey, config_diff, run_labels
 from ..palette import RunColors, color, dashed
 from .chart import AlertMark, ChartWidget
 from .legend import RunLegend
@@ -39,6 +42,9 @@ from .legend import RunLegend
 COLUMNS = 2
 CHART_HEIGHT = 240
 PINNED = "pinned_charts"  # the store's setting: pinned metric names, in pin order
+BAND_MS = 1000  # a group's band is recomputed from its runs' points at most this often
+NAME_PATTERN = r"[-_]?seed\d+"  # the first guess of what tells a group's runs apart
+GROUP = "group:"  # a group's curve name: never a run id (ids have no colon)
 
 
 class ChartsPanel(QWidget):
@@ -56,6 +62,20 @@ class ChartsPanel(QWidget):
         self.pinned: list[str] | None = None  # read from the store on the first show_runs
         self.constant: dict[str, float] = {}  # charts whose every curve holds this one value
         self.shown: list[str] = []  # the grid, in order
+        self.group_by: str | None = None  # "config:<key>" or "name:<regex>"
+        self.groups: dict[str, list[RunKey]] = {}  # group curve name -> its runs
+        self.member: dict[RunKey, str] = {}  # run -> its group's curve name
+        self.points: dict[str, dict[RunKey, Series]] = {}  # grouped: metric -> each run's points
+        self._stale_bands: set[tuple[str, str]] = set()  # (metric, group) with new points
+        self.band_timer = QTimer(self, singleShot=True, interval=BAND_MS, timeout=self._update_bands)
+        self.group_box = QComboBox(toolTip="draw each group of runs as its mean with a min/max band")
+        self.group_box.activated.connect(self._group_changed)
+        self.name_pattern = QLineEdit(NAME_PATTERN, toolTip="a regex: runs whose names are alike once its "
+                                      "matches are removed form a group")
+        self.name_pattern.editingFinished.connect(self._group_changed)
+        self.name_pattern.hide()
+        self.group_note = QLabel(wordWrap=True)  # why the runs are not grouped (a bad pattern)
+        self.group_note.hide()
         self.search = QLineEdit(placeholderText="search charts… (words or a glob: rewards/*)",
                                 clearButtonEnabled=True)
         self.search.textChanged.connect(self._layout)
@@ -76,6 +96,9 @@ class ChartsPanel(QWidget):
         controls.addWidget(self.log_y)
         controls.addWidget(QLabel("x:"))
         controls.addWidget(self.x_axis)
+        controls.addWidget(QLabel("group:"))
+        controls.addWidget(self.group_box)
+        controls.addWidget(self.name_pattern)
         controls.addWidget(self.search, 1)
         controls.addWidget(self.show_constant)
         self.legend = RunLegend()
@@ -91,6 +114,7 @@ class ChartsPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
         layout.addWidget(self.legend)
+        layout.addWidget(self.group_note)
         layout.addWidget(self.folded)
         layout.addWidget(self.hint)
         layout.addWidget(scroll)
@@ -102,6 +126,8 @@ class ChartsPanel(QWidget):
             chart.deleteLater()
         self.charts = {}
         self.constant = {}
+        self.points = {}
+        self._stale_bands = set()
         self.keys = list(keys)
         self.emphasis = None
         self.slots = self.run_colors.assign(self.keys)
@@ -112,16 +138,67 @@ class ChartsPanel(QWidget):
             saved = store.setting(PINNED, [])
             self.pinned = [m for m in saved if isinstance(m, str)] if isinstance(saved, list) else []
         with store.snapshot():
-            names = {(r["agent"], r["id"]): r.get("name") or "" for r in store.runs()}
-            self.labels = run_labels({key: names.get(key, "") for key in self.keys})
+            runs = {(r["agent"], r["id"]): r for r in store.runs()}
+            names = {key: runs.get(key, {}).get("name") or "" for key in self.keys}
+            configs = {key: runs.get(key, {}).get("config") or {} for key in self.keys}
+            self.labels = run_labels(names)
+            self._make_groups(names, configs)
             for agent in {a for a, _ in keys}:
                 self.seen[agent] = store.cursor(agent)
             for key in keys:
                 for metric in store.metrics(*key):
                     steps, vals, times = store.series(*key, metric)
                     self._append(key, metric, steps, vals, times)
-        self.legend.set_runs([(key, self.labels[key], self.slots[key]) for key in self.keys], self.hidden)
+        self._update_bands()
+        self._show_legend()
         self._layout()
+
+    def _make_groups(self, names: dict[RunKey, str], configs: dict[RunKey, dict]) -> None:
+        """Offer the config keys that tell the runs apart, and group the runs if asked to."""
+        choice = self.group_box.currentData()
+        self.group_box.clear()
+        self.group_box.addItem("no groups", None)
+        self.group_box.addItem("name pattern", "name")
+        for key in sorted(config_diff(configs)):
+            self.group_box.addItem(f"config {key}", f"config:{key}")
+        self.group_box.setCurrentIndex(max(self.group_box.findData(choice), 0))
+        self.groups, self.member = {}, {}
+        self.group_note.hide()
+        if self.group_by is None or not self.keys:
+            return
+        try:
+            grouped = group_runs(names, configs, self.group_by)
+        except ValueError as exc:
+            self.group_note.setText(f"{exc}; the runs are drawn ungrouped")
+            self.group_note.show()
+            return
+        self.groups = {GROUP + label: runs for label, runs in grouped.items()}
+        self.member = {key: name for name, runs in self.groups.items() for key in runs}
+
+    def _show_legend(self) -> None:
+        if self.groups:
+            slots = self.run_colors.assign(self.groups)
+            entries = [(name, f"{name[len(GROUP):]} · {len(runs)} run{'s' if len(runs) != 1 else ''}", slots[name])
+                       for name, runs in self.groups.items()]
+        else:
+            entries = [(key, self.labels[key], self.slots[key]) for key in self.keys]
+        self.legend.set_runs(entries, self.hidden)
+
+    def _group_changed(self, *_: object) -> None:
+        """Another grouping: the charts are rebuilt from the store; groups align runs by step."""
+        data = self.group_box.currentData()
+        self.name_pattern.setVisible(data == "name")
+        group_by = f"name:{self.name_pattern.text()}" if data == "name" else data
+        if group_by == self.group_by:
+            return
+        self.group_by = group_by
+        self.hidden = set()
+        if group_by is not None and self.x_axis.currentText() != "step":
+            self.x_axis.blockSignals(True)
+            self.x_axis.setCurrentText("step")
+            self.x_axis.blockSignals(False)
+        self.x_axis.setEnabled(group_by is None)
+        self._reload()
 
     def add_entries(self, agent: str, entries: list[Entry]) -> None:
         """Live metric chunks of the charted runs (other runs' entries are ignored)."""
@@ -132,6 +209,8 @@ class ChartsPanel(QWidget):
                 continue
             steps, vals, times = entry_points(e)
             added |= self._append((agent, e.run), e.metric, steps, vals, times)
+        if self._stale_bands and not self.band_timer.isActive():
+            self.band_timer.start()
         if added:
             self._layout()
 
@@ -189,15 +268,45 @@ class ChartsPanel(QWidget):
             menu.addAction("Pin to top / unpin", lambda m=metric: self.pin(m, m not in (self.pinned or [])))
             self._style(chart)
             self._mark(metric, chart)
+        if self.groups:
+            return self._append_to_group(key, metric, chart, steps, vals) or new
         name = key[1]
         if name not in chart.curves:
             slot = self.slots[key]
             chart.add_curve(name, color=color(slot), label=self.labels.get(key, name), dashed=dashed(slot))
             chart.set_hidden(name, key in self.hidden)
-            chart.set_emphasis(self.emphasis[1] if self.emphasis is not None else None)
+            chart.set_emphasis(_curve(self.emphasis) if self.emphasis is not None else None)
         xs = times if self.x_axis.currentText() == "wall time" else steps.astype(float)
         chart.append(name, xs, vals)
         return self._check_constant(metric, chart) or new
+
+    def _append_to_group(self, key: RunKey, metric: str, chart: ChartWidget, steps: np.ndarray,
+                         vals: np.ndarray) -> bool:
+        """A grouped run's points are kept by the panel; its group's band is marked for the timer."""
+        group = self.member.get(key)
+        if group is None:
+            return False
+        self.points.setdefault(metric, {}).setdefault(key, Series()).append(steps.astype(float), vals)
+        if group not in chart.curves:
+            slot = self.run_colors.assign(self.groups)[group]
+            chart.add_group(group, color=color(slot), label=group[len(GROUP):], dashed=dashed(slot))
+            chart.set_hidden(group, group in self.hidden)
+        self._stale_bands.add((metric, group))
+        return False
+
+    def _update_bands(self) -> None:
+        """Recompute the bands of groups whose runs got points (on the timer: O(points) each)."""
+        stale, self._stale_bands = self._stale_bands, set()
+        relayout = False
+        for metric, group in stale:
+            chart = self.charts.get(metric)
+            if chart is None:
+                continue
+            members = [self.points[metric][k] for k in self.groups[group] if k in self.points.get(metric, {})]
+            chart.set_group(group, *band([(s.x, s.y) for s in members]))
+            relayout |= self._check_constant(metric, chart)
+        if relayout:
+            self._layout()
 
     def _check_constant(self, metric: str, chart: ChartWidget) -> bool:
         """Re-decide whether a chart is flat; True when that changed (the grid must change)."""
@@ -234,20 +343,20 @@ class ChartsPanel(QWidget):
         self.folded.setVisible(bool(grid.folded))
         self.redraw()
 
-    def _highlight(self, key: RunKey | None) -> None:
-        """A hovered legend entry: that run wide and on top of every chart, the others dimmed."""
+    def _highlight(self, key: RunKey | str | None) -> None:
+        """A hovered legend entry: that run (or group) wide and on top of every chart, the others dimmed."""
         self.emphasis = key
         for chart in self.charts.values():
-            chart.set_emphasis(key[1] if key is not None else None)
+            chart.set_emphasis(_curve(key) if key is not None else None)
 
-    def _hide(self, key: RunKey, hidden: bool) -> None:
+    def _hide(self, key: RunKey | str, hidden: bool) -> None:
         if hidden:
             self.hidden.add(key)
         else:
             self.hidden.discard(key)
         for chart in self.charts.values():
-            if key[1] in chart.curves:
-                chart.set_hidden(key[1], hidden)
+            if _curve(key) in chart.curves:
+                chart.set_hidden(_curve(key), hidden)
 
     def _restyle(self, *_: object) -> None:
         for chart in self.charts.values():
@@ -257,3 +366,8 @@ class ChartsPanel(QWidget):
         chart.set_smoothing(self.smoothing.value() / 100)
         chart.set_log_y(self.log_y.isChecked())
 
+
+
+def _curve(key: RunKey | str) -> str:
+    """The curve a legend entry stands for: a run's is named by its id, a group's by its name."""
+    return key if isinstance(key, str) else key[1]

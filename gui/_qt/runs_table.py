@@ -1,29 +1,33 @@
-"""The run list as a Qt table: a thin QAbstractTableModel over ``pilothouse.gui.models.RunsModel``."""
+"""The run list as a Qt table: a thin QAbstractTableModel over ``pilothouse.gui.models.RunsModel``,
+and its header (click to sort, right-click to choose the config and summary columns)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, QPoint, QSettings, Qt
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import QMenu, QTableView
 
 from ..alerts import Alert
 from ..models import RunKey, RunRow, RunsModel
+from ..run_columns import CONFIG, FIXED, FIXED_NAMES, SUMMARY, Column, cell_text
 from .legend import swatch
-from .theme import qcolor
+from .theme import qcolor, status_color
 
-COLUMNS = ("status", "alerts", "run", "step", "key metric", "host", "lost")
-STATUS_COLORS = {"crashed": "#d64545", "stale": "#d98a1c", "running": "#3a9b5c", "paused": "#3f7fd0",
-                 "finished": "#8a8f98"}
+COLUMNS = FIXED_NAMES  # the fixed columns; the extra ones (config keys, last values) come after them
+SETTING = "runs/columns"  # QSettings key of the extra columns chosen (absent: the default ones)
 
 Index = QModelIndex | QPersistentModelIndex
 
 # role constants looked up once: each lookup of a PySide6 enum member costs microseconds
 DISPLAY, FOREGROUND, TOOLTIP = Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ForegroundRole, Qt.ItemDataRole.ToolTipRole
-DECORATION = Qt.ItemDataRole.DecorationRole
+DECORATION, FONT = Qt.ItemDataRole.DecorationRole, Qt.ItemDataRole.FontRole
 ROLES = (DISPLAY, FOREGROUND, TOOLTIP, DECORATION)
 RUN_COLUMN = COLUMNS.index("run")
+SORT_HINT = "click: sort (again: descending, a third time: by severity) · right-click: choose columns"
 
 class RunsTableModel(QAbstractTableModel):
     def __init__(self, runs: RunsModel, firing: Callable[[RunKey], list[Alert]] = lambda key: []):
@@ -31,7 +35,10 @@ class RunsTableModel(QAbstractTableModel):
         self.runs = runs
         self.firing = firing  # a run's firing alerts, for the badge's tooltip
         self._rows: list[RunRow] = []
+        self._extra: list[Column] = []  # the columns after the fixed ones, as of the last refresh
         self.slots: dict[RunKey, int] = {}  # the compared runs' color slots: a swatch by their name
+        self._italic = QFont()
+        self._italic.setItalic(True)  # a summary column's header: a last value, not a config key
 
     def set_slots(self, slots: dict[RunKey, int]) -> None:
         """The compared runs' colors (as the charts draw them); other runs show none."""
@@ -43,26 +50,44 @@ class RunsTableModel(QAbstractTableModel):
         """Re-read the view model (after new runs, a filter change)."""
         self.beginResetModel()
         self._rows = self.runs.rows()
+        self._extra = self.runs.extra_columns()
         self.endResetModel()
 
     def row_at(self, index: int) -> RunRow:
         return self._rows[index]
 
+    def column_at(self, section: int) -> Column:
+        return FIXED[section] if section < len(FIXED) else self._extra[section - len(FIXED)]
+
+    def section(self, column: Column) -> int:
+        """The section showing ``column``, -1 where none does."""
+        shown = [*FIXED, *self._extra]
+        return shown.index(column) if column in shown else -1
+
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: N802 (Qt's name)
         return 0 if parent.isValid() else len(self._rows)
 
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: N802
-        return 0 if parent.isValid() else len(COLUMNS)
+        return 0 if parent.isValid() else len(FIXED) + len(self._extra)
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = DISPLAY) -> Any:  # noqa: N802
-        if role == DISPLAY and orientation == Qt.Horizontal:
-            return COLUMNS[section]
+        if orientation != Qt.Horizontal or not 0 <= section < len(FIXED) + len(self._extra):
+            return None
+        column = self.column_at(section)
+        if role == DISPLAY:
+            return column.header
+        if role == TOOLTIP:
+            return _header_tip(column)
+        if role == FONT and column.source == SUMMARY:
+            return self._italic
         return None
 
     def data(self, index: Index, role: int = DISPLAY) -> Any:
         if role not in ROLES:  # Qt asks for many roles per cell, per redraw: answer the rest at once
             return None
         row = self._rows[index.row()]
+        if index.column() >= len(COLUMNS):
+            return self._extra_data(row, self._extra[index.column() - len(COLUMNS)], role)
         column = COLUMNS[index.column()]
         if role == DISPLAY:
             return _cell(row, column)
@@ -70,14 +95,32 @@ class RunsTableModel(QAbstractTableModel):
             slot = self.slots.get(row.key) if column == "run" else None
             return swatch(slot) if slot is not None else None
         if role == FOREGROUND and column == "status":
-            return QColor(STATUS_COLORS.get(row.status, "#8a8f98"))
+            return status_color(row.status)
         if role == FOREGROUND and column == "alerts":
             return qcolor("alert_text")  # the theme's alert red, as on the charts
         if role == TOOLTIP:
             if column == "alerts" and row.alerts:
                 return "\n".join(f"⚠ {a.rule}: {a.summary()}" for a in self.firing(row.key))
-            return f"{row.title} ({row.run_id}) on {row.host or '?'} via {row.agent}"
+            return _run_tip(row)
         return None
+
+    def _extra_data(self, row: RunRow, column: Column, role: int) -> Any:
+        if role == DISPLAY:
+            return cell_text(row.value(column))
+        return _run_tip(row) if role == TOOLTIP else None
+
+
+def _run_tip(row: RunRow) -> str:
+    return f"{row.title} ({row.run_id}) on {row.host or '?'} via {row.agent}"
+
+
+def _header_tip(column: Column) -> str:
+    """Says what a header names: a config key and a metric's last value would otherwise read alike."""
+    if column.source == CONFIG:
+        return f"config: {column.header}\n{SORT_HINT}"
+    if column.source == SUMMARY:
+        return f"{column.header}: the last value logged\n{SORT_HINT}"
+    return SORT_HINT
 
 
 def _cell(row: RunRow, column: str) -> str:
@@ -94,3 +137,89 @@ def _cell(row: RunRow, column: str) -> str:
     if column == "host":
         return row.host
     return str(row.lost_records) if row.lost_records else ""
+
+
+class RunsHeader(QObject):
+    """The runs table's header: a click sorts by its column (ascending, descending, then back to
+    severity), a right-click chooses the config and summary columns, remembered across restarts.
+    ``changed`` re-reads the table (the window's redraw keeps the selection)."""
+
+    def __init__(self, table: QTableView, model: RunsTableModel, changed: Callable[[], None]):
+        super().__init__(table)
+        self.model, self.changed = model, changed
+        self.header = table.horizontalHeader()
+        self.header.setSectionsClickable(True)
+        self.header.setSortIndicatorShown(True)
+        self.header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.header.sectionClicked.connect(self._on_click)
+        self.header.customContextMenuRequested.connect(self._on_menu)
+        model.modelReset.connect(self.show_sort)
+        model.runs.set_extra_columns(load_columns())
+        self.show_sort()
+
+    def show_sort(self) -> None:
+        """The header's arrow on the sorted column; none in the default order."""
+        sort = self.model.runs.sort
+        section = -1 if sort is None else self.model.section(sort[0])
+        order = Qt.SortOrder.DescendingOrder if sort is not None and sort[1] else Qt.SortOrder.AscendingOrder
+        self.header.setSortIndicator(section, order)
+
+    def _on_click(self, section: int) -> None:
+        self.model.runs.cycle_sort(self.model.column_at(section))
+        self.show_sort()
+        self.changed()
+
+    def _on_menu(self, pos: QPoint) -> None:
+        menu = self.menu()
+        menu.exec(self.header.mapToGlobal(pos))
+        menu.deleteLater()
+
+    def menu(self) -> QMenu:
+        """Every config key and summary metric of the listed runs, checked where shown."""
+        runs = self.model.runs
+        shown = runs.extra_columns()
+        menu = QMenu(self.header)
+        for title, source in (("Config", CONFIG), ("Last values", SUMMARY)):
+            sub = menu.addMenu(title)
+            for column in dict.fromkeys([*runs.available_columns(), *shown]):
+                if column.source == source:
+                    action = sub.addAction(column.header.replace("&", "&&"))  # "&" would be a shortcut mark
+                    action.setCheckable(True)
+                    action.setChecked(column in shown)
+                    action.triggered.connect(lambda _=False, c=column: self._choose(c))
+            sub.setEnabled(not sub.isEmpty())
+        menu.addSeparator()
+        default = menu.addAction("Default columns (the config keys that differ)")
+        default.setCheckable(True)
+        default.setChecked(runs.default_columns)
+        default.triggered.connect(lambda _=False: self._choose(None))
+        return menu
+
+    def _choose(self, column: Column | None) -> None:
+        """Show or hide ``column``; None: back to the default columns."""
+        runs = self.model.runs
+        if column is None:
+            runs.set_extra_columns(None)
+        else:
+            runs.toggle_column(column)
+        save_columns(None if runs.default_columns else runs.extra_columns())
+        self.changed()
+
+
+def load_columns() -> list[Column] | None:
+    """The extra columns chosen last time; None where none were (or the setting is unreadable)."""
+    try:
+        idents = json.loads(str(QSettings("pilothouse", "pilothouse").value(SETTING, "null")))
+    except ValueError:
+        return None
+    if not isinstance(idents, list):
+        return None
+    return [c for c in map(Column.parse, (i for i in idents if isinstance(i, str))) if c is not None]
+
+
+def save_columns(columns: list[Column] | None) -> None:
+    settings = QSettings("pilothouse", "pilothouse")
+    if columns is None:
+        settings.remove(SETTING)
+    else:
+        settings.setValue(SETTING, json.dumps([c.ident for c in columns]))

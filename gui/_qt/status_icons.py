@@ -2,8 +2,8 @@
 DejaVu and most Linux fonts and showed as a missing-glyph box in the run list.
 
 ``StatusDelegate`` paints the status column of the run list: the icon in the status's color (the
-selected text's color on a selected row), then the status word (the model's text mark in front of
-it is left out: the icon says it).
+theme's ``status_*``; the selected text's color on a selected row), then the status word (the
+model's text mark in front of it is left out: the icon says it).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QIcon, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
+
+from .theme import status_color
 
 SIZE = 12  # logical pixels: about a lower-case letter's height beside the status word
 SCALES = (1, 2, 3)  # device pixel ratios drawn for (1x screens, HiDPI)
@@ -100,11 +102,12 @@ class StatusDelegate(QStyledItemDelegate):
         row_at = getattr(model, "row_at", None)
         status = row_at(index.row()).status if row_at is not None else option.text.rpartition(" ")[2]
         color = index.data(Qt.ItemDataRole.ForegroundRole)
-        if option.state & QStyle.StateFlag.State_Selected or not isinstance(color, QColor):
+        if option.state & QStyle.StateFlag.State_Selected:
             # on the selection's color (the paused blue) a status-colored icon would vanish: it goes
             # the way the selected text goes
-            selected = bool(option.state & QStyle.StateFlag.State_Selected)
-            color = (option.palette.highlightedText() if selected else option.palette.text()).color()
+            color = option.palette.highlightedText().color()
+        elif not isinstance(color, QColor):
+            color = status_color(status)
         option.text = status
         option.icon = status_icon(status, color)
         option.decorationSize = QSize(SIZE, SIZE)

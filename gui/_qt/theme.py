@@ -14,7 +14,7 @@ from PySide6.QtCore import QEvent
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QWidget
 
-from ..themes import DARK, LIGHT, Theme
+from ..themes import DARK, LIGHT, Theme, status_role
 
 _current: list[Theme] = [LIGHT]  # Qt's default palette is a light one
 _colors: dict[tuple[str, str], QColor] = {}
@@ -32,6 +32,11 @@ def qcolor(role: str) -> QColor:
     if key not in _colors:
         _colors[key] = QColor(dataclasses.asdict(theme)[role])
     return _colors[key]
+
+
+def status_color(status: str) -> QColor:
+    """The current theme's color of a run status (the runs table's word and icon)."""
+    return qcolor(status_role(status))
 
 
 def is_restyle(event: QEvent) -> bool:
