@@ -7,6 +7,19 @@ by (agent URL, journal id), so a re-sent page changes nothing and NaN/Inf stay b
 Each agent's cursor (the last journal id received) is written in the same transaction as
 the entries it covers: a crash can neither skip nor double a page.
 
+Retention (File → Remove run from this app…, Clean up store…): a trigger adds each stored
+entry's bytes to its run's counter in ``run_bytes``, so ``run_sizes`` reads one small row per
+run whatever the run's length.  Removing a run first marks it in ``removed_runs`` and deletes
+its run row in one short transaction (the run is gone from ``runs()`` at once), then deletes
+its entries in transactions of about ``BATCH_SECONDS`` each with a pause between, so the links'
+writers (one SQLite writer at a time) never wait long.  A removal cut short (the
+app killed) stays marked as pending and ``finish_removals`` completes it; it only ever deletes
+rows of the marked run.  The mark stays afterwards: removing a run removes this app's copy for
+good, the agent's own copy is not touched, and entries or run-list rows the agent sends later
+for it are dropped by triggers, so a run the agent still serves never comes back silently with
+a hole in its history.  ``remove_agent(url, keep_data=False)`` forgets the marks of that
+agent too: re-added, it is fetched again from its start, removed runs included.
+
 A ``LocalStore`` wraps one SQLite connection, which belongs to the thread that opened it:
 every network link opens its own, the UI thread another.
 """
@@ -17,6 +30,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +48,73 @@ STORE_FILE = "store.sqlite"
 # Columns of ``runs`` kept for queries; the whole dict the agent sent lives in ``data``.
 _RUN_COLUMNS = ("project", "name", "kind", "status", "host", "last_step", "created")
 
+LIVE = ("running", "paused", "stale")  # a stale run may still be training: never collected, removed only by force
+# Removing a run deletes its entries in transactions of about BATCH_SECONDS each (the rows per
+# batch follow the time the last one took: a row of 2,000 points costs ~15x one of 100), at most
+# BATCH_ROWS rows, with BATCH_PAUSE between two, when waiting writers take the lock.
+BATCH_SECONDS = 0.01
+BATCH_ROWS = 5000
+FIRST_BATCH = 64
+BATCH_PAUSE = 0.02
+# An entry's share of the file: its blobs and names plus about what SQLite spends per row in
+# the table and its two indexes.
+_ENTRY_BYTES = ("COALESCE(length(NEW.steps), 0) + COALESCE(length(NEW.vals), 0) + COALESCE(length(NEW.times), 0)"
+                " + COALESCE(length(NEW.body), 0) + 2 * (length(CAST(NEW.run AS BLOB))"
+                " + COALESCE(length(CAST(NEW.metric AS BLOB)), 0) + length(CAST(NEW.agent AS BLOB))) + 48")
+_TRIGGERS = (
+    f"""CREATE TRIGGER IF NOT EXISTS entry_bytes AFTER INSERT ON entries BEGIN
+        INSERT INTO run_bytes VALUES (NEW.agent, NEW.run, {_ENTRY_BYTES})
+        ON CONFLICT(agent, run) DO UPDATE SET bytes = bytes + excluded.bytes; END""",
+    """CREATE TRIGGER IF NOT EXISTS removed_entries BEFORE INSERT ON entries WHEN EXISTS
+        (SELECT 1 FROM removed_runs WHERE agent=NEW.agent AND run=NEW.run) BEGIN SELECT RAISE(IGNORE); END""",
+    """CREATE TRIGGER IF NOT EXISTS removed_run_rows BEFORE INSERT ON runs WHEN EXISTS
+        (SELECT 1 FROM removed_runs WHERE agent=NEW.agent AND run=NEW.id) BEGIN SELECT RAISE(IGNORE); END""",
+)
+
 
 def default_path() -> Path:
     """$PILOTHOUSE_APP_DATA/store.sqlite, else the user data dir's pilothouse/app/store.sqlite."""
     folder = os.environ.get(ENV_APP_DATA) or Path(platformdirs.user_data_dir("pilothouse")) / "app"
     return Path(folder) / STORE_FILE
 
+
+class LiveRunError(ValueError):
+    """Removing a running, paused or stale run needs ``force``: its trainer may still be logging."""
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run as retention sees it: what it is, when it ended, and its bytes in this store."""
+
+    agent: str
+    run_id: str
+    title: str
+    status: str
+    ended: float  # when it ended, else when it was last heard of, else when it started
+    size: int
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.agent, self.run_id)
+
+    @property
+    def live(self) -> bool:
+        return self.status in LIVE
+
+
+def pick(runs: Iterable[StoredRun], older_than: float | None, max_size: int | None, now: float) -> list[StoredRun]:
+    """The runs a clean-up removes, oldest ended first: those ended more than ``older_than``
+    seconds before ``now``, then more of the oldest while the total is over ``max_size`` bytes.
+    A live run is never picked, even when the live runs alone are over the size."""
+    runs = list(runs)
+    total = sum(r.size for r in runs)
+    chosen = []
+    for run in sorted((r for r in runs if not r.live), key=lambda r: (r.ended, r.key)):
+        if not (older_than is not None and run.ended < now - older_than or max_size is not None and total > max_size):
+            break  # the rest ended later and the total already fits
+        chosen.append(run)
+        total -= run.size
+    return chosen
 
 
 class LocalStore:
@@ -63,6 +138,14 @@ class LocalStore:
                                  pk=("agent", "id"), if_not_exists=True)
             db["entries"].create_index(["agent", "run", "kind", "metric", "id"], if_not_exists=True)
             db["settings"].create({"key": str, "value": bytes}, pk="key", if_not_exists=True)
+            db["removed_runs"].create({"agent": str, "run": str, "at": float, "pending": int},
+                                      pk=("agent", "run"), if_not_exists=True)
+            if not db["run_bytes"].exists():  # a store from before run sizes: count once, then the trigger does
+                db["run_bytes"].create({"agent": str, "run": str, "bytes": int}, pk=("agent", "run"))
+                size = _ENTRY_BYTES.replace("NEW.", "")
+                db.execute(f"INSERT INTO run_bytes SELECT agent, run, SUM({size}) FROM entries GROUP BY agent, run")
+            for trigger in _TRIGGERS:
+                db.execute(trigger)
 
     def close(self) -> None:
         self.db.conn.close()
@@ -82,7 +165,7 @@ class LocalStore:
             self.db.execute("UPDATE agents SET remembered=0 WHERE url=?", [url])
             return
         with transaction(self.db):
-            for table in ("entries", "runs"):
+            for table in ("entries", "runs", "run_bytes", "removed_runs"):
                 self.db.execute(f"DELETE FROM {table} WHERE agent=?", [url])
             self.db.execute("DELETE FROM agents WHERE url=?", [url])
 
@@ -101,7 +184,7 @@ class LocalStore:
             if old == journal:
                 return False
             if old:
-                for table in ("entries", "runs"):
+                for table in ("entries", "runs", "run_bytes", "removed_runs"):
                     self.db.execute(f"UPDATE {table} SET agent=? WHERE agent=?", [f"{url}#{old[:8]}", url])
                 self.db.execute("UPDATE agents SET journal=?, cursor=0 WHERE url=?", [journal, url])
                 return True
@@ -155,7 +238,10 @@ class LocalStore:
 
     def put_setting(self, key: str, value: Any) -> None:
         with transaction(self.db):
-            self.db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", [key, pack(value)])
+            self._write_setting(key, value)
+
+    def _write_setting(self, key: str, value: Any) -> None:
+        self.db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", [key, pack(value)])
 
     def selection(self) -> list[tuple[str, str]]:
         """The runs selected when the app last closed or changed its selection, as (agent, run id)."""
@@ -193,6 +279,101 @@ class LocalStore:
     def _bodies(self, agent: str, run: str, kind: str) -> list[dict]:
         return [unpack_blob(b) for (b,) in self.db.execute(
             "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? ORDER BY id", [agent, run, kind])]
+
+    # --- retention: sizes, removal, clean-up ---------------------------------------------
+
+    def run_sizes(self) -> dict[tuple[str, str], int]:
+        """Each run's share of the file's used pages (removed runs left out), in proportion to its
+        entries' bytes: the counters say how much each run holds, the pages what SQLite spends on
+        it (rows of a few KB leave much of a page empty), and the sizes add up to the file's used
+        space, which is what a clean-up's max size is about.  Cheap whatever the runs' length."""
+        rows = list(self.db.execute("SELECT b.agent, b.run, b.bytes, d.run IS NULL FROM run_bytes b LEFT JOIN "
+                                    "removed_runs d ON d.agent=b.agent AND d.run=b.run"))
+        counted = sum(n for _, _, n, _ in rows)
+        (used,), = self.db.execute("SELECT (page_count - freelist_count) * page_size FROM pragma_page_count, "
+                                   "pragma_freelist_count, pragma_page_size")
+        scale = max(1.0, used / counted) if counted else 1.0
+        return {(a, r): round(n * scale) for a, r, n, kept in rows if kept}
+
+    def stored_runs(self) -> list[StoredRun]:
+        """Every run in the store with its status, end and size, for choosing what to remove."""
+        sizes = self.run_sizes()
+        return [StoredRun(r["agent"], r["id"], _title(r), r.get("status") or "", _ended(r),
+                          sizes.get((r["agent"], r["id"]), 0)) for r in self.runs()]
+
+    def collect(self, older_than: float | None, max_size: int | None, now: float | None = None) -> list[StoredRun]:
+        """The runs a clean-up with these limits would remove (see ``pick``); removes nothing."""
+        return pick(self.stored_runs(), older_than, max_size, time.time() if now is None else now)
+
+    def removed(self) -> set[tuple[str, str]]:
+        """Every run removed from this store (pending or done): the app drops them from the agents' lists."""
+        return {(a, r) for a, r in self.db.execute("SELECT agent, run FROM removed_runs")}
+
+    def remove_runs(self, keys: Iterable[tuple[str, str]], *, force: bool = False, batch: int = BATCH_ROWS) -> int:
+        """Remove these runs' entries, run rows and selection; returns the bytes freed.  A live
+        run (``LIVE``) raises ``LiveRunError`` unless ``force``, and then nothing is removed."""
+        keys = list(dict.fromkeys(keys))
+        freed = sum(self.run_sizes().get(k, 0) for k in keys)
+        self._mark_removed(keys, force)
+        for key in keys:
+            self._purge(key, batch)
+        return freed
+
+    def pending_removals(self) -> list[tuple[str, str]]:
+        """Runs marked removed whose entries are not all deleted yet (the app was killed meanwhile)."""
+        return [(a, r) for a, r in self.db.execute("SELECT agent, run FROM removed_runs WHERE pending=1")]
+
+    def finish_removals(self, batch: int = BATCH_ROWS) -> int:
+        """Complete the removals a killed app left pending; returns how many there were."""
+        pending = self.pending_removals()
+        for key in pending:
+            self._purge(key, batch)
+        return len(pending)
+
+    def _mark_removed(self, keys: list[tuple[str, str]], force: bool) -> None:
+        """One short transaction: the runs leave ``runs()`` and the selection, and stay marked."""
+        with transaction(self.db):
+            if not force:
+                live = [f"{a} {r}" for a, r in keys if self.db.execute(
+                    "SELECT 1 FROM runs WHERE agent=? AND id=? AND status IN (?, ?, ?)", [a, r, *LIVE]).fetchone()]
+                if live:
+                    raise LiveRunError(f"live runs (force to remove them): {', '.join(live)}")
+            now = time.time()
+            for agent, run in keys:
+                self.db.execute("INSERT INTO removed_runs VALUES (?, ?, ?, 1) "
+                                "ON CONFLICT(agent, run) DO UPDATE SET pending=1", [agent, run, now])
+                self.db.execute("DELETE FROM runs WHERE agent=? AND id=?", [agent, run])
+            self._write_setting("selection", [list(k) for k in self.selection() if k not in keys])
+
+    def _purge(self, key: tuple[str, str], batch: int) -> None:
+        """Delete a marked run's entries, at most ``batch`` rows and about BATCH_SECONDS per
+        transaction; the last one also clears its counter and the pending flag.  No entry of the
+        run can arrive meanwhile (a trigger)."""
+        rows = min(batch, FIRST_BATCH)
+        while True:
+            started = time.perf_counter()
+            with transaction(self.db):
+                gone = self.db.execute("DELETE FROM entries WHERE rowid IN (SELECT rowid FROM entries "
+                                       "WHERE agent=? AND run=? LIMIT ?)", [*key, rows]).rowcount
+                if gone < rows:
+                    self.db.execute("DELETE FROM run_bytes WHERE agent=? AND run=?", key)
+                    self.db.execute("UPDATE removed_runs SET pending=0 WHERE agent=? AND run=?", key)
+                    return
+            took = max(time.perf_counter() - started, 1e-6)
+            rows = max(1, min(batch, rows * 2, int(rows * BATCH_SECONDS / took)))
+            time.sleep(BATCH_PAUSE)
+
+
+def _title(run: dict) -> str:
+    return f"{run.get('project') or ''}/{run.get('name') or run['id']}"
+
+
+def _ended(run: dict) -> float:
+    """When a run ended, else when its agent last heard of it, else when it started."""
+    for field in ("ended", "last_seen", "created"):
+        if isinstance(run.get(field), (int, float)):
+            return float(run[field])
+    return 0.0
 
 
 def _column(value: Any) -> Any:

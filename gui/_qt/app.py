@@ -7,7 +7,7 @@ Network I/O lives in ``pilothouse.gui.network`` threads; their callbacks become 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
+    QDialog,
     QFileDialog,
     QInputDialog,
     QLabel,
@@ -50,6 +51,7 @@ from .export import export_chart_png, export_run_csv
 from .rollouts import RolloutsPanel
 from .runs_table import COLUMNS, RunsHeader, RunsTableModel
 from .status_icons import StatusDelegate
+from .store_dialogs import Ask, CleanupDialog, StoreWork, ask_user, fmt_bytes, live_text, removal_text
 from .system import SystemPanel
 from .theme import apply_theme
 
@@ -75,6 +77,7 @@ class MainWindow(QMainWindow):
         self.store: LocalStore = self.links.store
         for url in agents:
             self.links.add(url)
+        self.removed = self.store.removed()  # runs removed from this app: the agents' lists still carry them
         self.runs = RunsModel()
         self.runs.set_runs(self.store.runs())
         self.alert_book = self._load_alerts()
@@ -95,6 +98,10 @@ class MainWindow(QMainWindow):
         self.bridge.health.connect(self._on_health)
         self.calls = Calls(self)
         self.calls.answered.connect(self._on_answer)
+        self.store_work = StoreWork(self.store.path)
+        self.store_work.done.connect(self._on_removed)
+        if self.store.pending_removals():
+            self.store_work.finish_pending()
         self.redraw = QTimer(self, singleShot=True, interval=REDRAW_MS, timeout=self._redraw)
         self.links.start()
         self.system.show_agents(self.store)
@@ -166,6 +173,9 @@ class MainWindow(QMainWindow):
         files.addAction(QAction("Export run as &CSV…", self, shortcut=QKeySequence("Ctrl+E"),
                                 triggered=self._export_csv))
         files.addAction(QAction("Save charts as &PNG…", self, triggered=self._export_png))
+        files.addSeparator()
+        files.addAction(QAction("&Remove run from this app…", self, triggered=lambda: self.remove_from_app()))
+        files.addAction(QAction("Clean &up store…", self, triggered=lambda: self.clean_up_store()))
         agents = self.menuBar().addMenu("&Agents")
         agents.addAction(QAction("&Add agent…", self, shortcut=QKeySequence("Ctrl+N"), triggered=self._ask_agent))
         agents.addAction(QAction("&Remove agent…", self, triggered=self._forget_agent))
@@ -200,7 +210,7 @@ class MainWindow(QMainWindow):
         settings.setValue("state", self.saveState())
         settings.setValue("dark", "true" if self.dark.isChecked() else "false")
         self.redraw.stop()
-        for signal in (self.bridge.batch, self.bridge.health, self.calls.answered):
+        for signal in (self.bridge.batch, self.bridge.health, self.calls.answered, self.store_work.done):
             signal.disconnect()  # queued signals from link threads must not reach a closed store
         self.links.close()
         super().closeEvent(event)
@@ -210,6 +220,9 @@ class MainWindow(QMainWindow):
     def _on_batch(self, url: str, entries: list[Entry], runs: list[dict] | None) -> None:
         if self._closed:  # a batch still queued when the window closed: its store is gone
             return
+        if self.removed:
+            entries = [e for e in entries if (url, e.run) not in self.removed]
+            runs = None if runs is None else [r for r in runs if (url, r["id"]) not in self.removed]
         if runs is not None:
             self.runs.update_agent(url, runs)
         self.charts.add_entries(url, entries)
@@ -421,6 +434,62 @@ class MainWindow(QMainWindow):
             for metric, chart in self.charts.charts.items():
                 export_chart_png(chart, Path(folder) / (metric.replace("/", "_") + ".png"))
             self.statusBar().showMessage(f"saved {len(self.charts.charts)} charts to {folder}", 10000)
+
+    # --- removing runs from the app's store ---------------------------------------------------
+
+    def remove_from_app(self, keys: Iterable[RunKey] | None = None, ask: Ask | None = None) -> bool:
+        """File → Remove run from this app…: the selected runs (or ``keys``), once the user agreed
+        to what goes and its size, and once more for a live run; True when the removal started."""
+        wanted = set(self.runs.selected() if keys is None else keys)
+        runs = [r for r in self.store.stored_runs() if r.key in wanted]
+        if not runs:
+            self.statusBar().showMessage("select a run to remove from this app", 5000)
+            return False
+        ask = ask or ask_user(self)
+        live = [r for r in runs if r.live]
+        if not ask("Remove from this app", removal_text(runs)) or live and not ask("Remove live runs", live_text(live)):
+            return False
+        self._remove([r.key for r in runs], force=bool(live))
+        return True
+
+    def clean_up_store(self, decide: Callable[[CleanupDialog], bool] | None = None) -> bool:
+        """File → Clean up store…: the dialog shows what its limits would remove; Remove removes that
+        (never a live run).  ``decide(dialog)`` stands for the user (default: the modal dialog)."""
+        dialog = CleanupDialog(self, self.store.collect, sum(self.store.run_sizes().values()))
+        decide = decide or (lambda d: d.exec() == QDialog.DialogCode.Accepted)
+        if not decide(dialog) or not dialog.chosen:
+            return False
+        self._remove([r.key for r in dialog.chosen], force=False)
+        return True
+
+    def _remove(self, keys: list[RunKey], force: bool) -> None:
+        """Hide the runs now, remove them off the UI thread (``_on_removed`` follows)."""
+        self.removed |= set(keys)
+        for key in keys:
+            self.alert_book.load(*key, ())
+        self._alerts_dirty = True
+        kept = [k for k in self.runs.selected() if k not in self.removed]
+        self._show_stored_runs()
+        self.table_model.refresh()
+        self._reselect(kept)
+        self._on_select()
+        self.store_work.remove(keys, force)
+        self.statusBar().showMessage(f"removing {len(keys)} run{'s' if len(keys) != 1 else ''} from this app…")
+
+    def _on_removed(self, tag: Any, result: Any, error: str | None) -> None:
+        if error is not None:
+            text = f"not removed: {error}"
+        elif tag == "pending":
+            text = f"finished removing {result} run{'s' if result != 1 else ''} left from last time"
+        else:
+            text = f"removed {len(tag)} run{'s' if len(tag) != 1 else ''} ({fmt_bytes(result)}) from this app"
+        self.removed = self.store.removed()  # a refused removal brings its runs back
+        self._show_stored_runs()
+        self.statusBar().showMessage(text, 10000)
+
+    def _show_stored_runs(self) -> None:
+        self.runs.set_runs(r for r in self.store.runs() if (r["agent"], r["id"]) not in self.removed)
+        self._schedule()
 
     def _theme(self, dark: bool) -> None:
         apply_theme(QApplication.instance(), dark, self)

@@ -96,6 +96,7 @@ class ChartWidget(pg.PlotWidget):
                                           brush=None)
         plot.addItem(self.markers, ignoreBounds=True)
         self._vline = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888", style=QtCore.Qt.PenStyle.DashLine))
+        self._vline.hide()  # until the pointer is over the plot: a dashed line at x=0 reads as data
         self.readout_label = pg.TextItem(anchor=(0, 0))
         plot.addItem(self._vline, ignoreBounds=True)
         plot.addItem(self.readout_label, ignoreBounds=True)
@@ -350,6 +351,7 @@ class ChartWidget(pg.PlotWidget):
             return
         x = self._vb.mapSceneToView(pos).x()
         self._vline.setPos(x)
+        self._vline.show()
         self.readout_label.setText(self.readout(x))
         (x0, _), (_, y1) = self._vb.viewRange()
         self.readout_label.setPos(x0, y1)

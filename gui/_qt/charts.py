@@ -69,6 +69,7 @@ class ChartsPanel(QWidget):
         self._stale_bands: set[tuple[str, str]] = set()  # (metric, group) with new points
         self.band_timer = QTimer(self, singleShot=True, interval=BAND_MS, timeout=self._update_bands)
         self.group_box = QComboBox(toolTip="draw each group of runs as its mean with a min/max band")
+        self.group_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.group_box.activated.connect(self._group_changed)
         self.name_pattern = QLineEdit(NAME_PATTERN, toolTip="a regex: runs whose names are alike once its "
                                       "matches are removed form a group")
