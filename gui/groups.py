@@ -7,7 +7,6 @@ without a display; the Qt chart only draws what it returns.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Hashable, Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pilothouse.gui.models import RunKey, flatten
+from pilothouse.gui.run_columns import identity
 
 UNSET = "(unset)"  # the group of runs whose config lacks the key
 EMPTY = "(empty)"  # the group of runs whose whole name the pattern removes
@@ -40,20 +40,8 @@ def _by_config(names: Mapping[RunKey, str], configs: Mapping[RunKey, dict], key:
     groups: dict[Hashable, tuple[Any, list[RunKey]]] = {}
     for run in names:
         value = flatten(configs.get(run) or {}).get(key, _MISSING)
-        groups.setdefault(_identity(value), (value, []))[1].append(run)
+        groups.setdefault(('unset',) if value is _MISSING else identity(value), (value, []))[1].append(run)
     return _labelled(key, list(groups.values()))
-
-
-def _identity(value: Any) -> Hashable:
-    """What makes two config values one group: equal as a user reads them (1 is 1.0, True is not 1,
-    NaN is NaN); lists and dicts by their JSON text."""
-    if value is _MISSING:
-        return ("unset",)
-    if isinstance(value, float) and math.isnan(value):
-        return ("nan",)
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return (type(value) is bool, type(value) is str, value)
-    return ("json", json.dumps(value, sort_keys=True, default=str))
 
 
 def _labelled(key: str, groups: list[tuple[Any, list[RunKey]]]) -> dict[str, list[RunKey]]:

@@ -8,8 +8,9 @@ without a display; ``RunsModel`` applies them to its rows.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -100,14 +101,17 @@ def default_config_columns(configs: Iterable[Mapping[str, Any]], differing: Iter
 
     def spread(key: str) -> tuple[int, int, str]:
         values = [c[key] for c in configs if key in c]
-        return (-len(values), -len({_identity(v) for v in values}), key)
+        return (-len(values), -len({identity(v) for v in values}), key)
 
     picked = sorted(differing, key=spread)[:limit]
     return [Column(CONFIG, key) for key in sorted(picked)]
 
 
-def _identity(value: Any) -> str:
-    """Equal as a user reads them (1 is 1.0, True is not 1), for counting distinct values."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return repr(float(value))
-    return f"{type(value).__name__}:{value!r}"
+def identity(value: Any) -> Hashable:
+    """What makes two config values one (a group, a distinct value): equal as a user reads them
+    (1 is 1.0, True is not 1, NaN is NaN); lists and dicts by their JSON text."""
+    if isinstance(value, float) and math.isnan(value):
+        return ("nan",)
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return (type(value) is bool, type(value) is str, value)
+    return ("json", json.dumps(value, sort_keys=True, default=str))

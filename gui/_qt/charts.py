@@ -65,6 +65,7 @@ class ChartsPanel(QWidget):
         self.group_by: str | None = None  # "config:<key>" or "name:<regex>"
         self.groups: dict[str, list[RunKey]] = {}  # group curve name -> its runs
         self.member: dict[RunKey, str] = {}  # run -> its group's curve name
+        self.group_slots: dict[str, int] = {}  # group curve name -> its color slot
         self.points: dict[str, dict[RunKey, Series]] = {}  # grouped: metric -> each run's points
         self._stale_bands: set[tuple[str, str]] = set()  # (metric, group) with new points
         self.band_timer = QTimer(self, singleShot=True, interval=BAND_MS, timeout=self._update_bands)
@@ -175,11 +176,12 @@ class ChartsPanel(QWidget):
             return
         self.groups = {GROUP + label: runs for label, runs in grouped.items()}
         self.member = {key: name for name, runs in self.groups.items() for key in runs}
+        self.group_slots = self.run_colors.assign(self.groups)
 
     def _show_legend(self) -> None:
         if self.groups:
-            slots = self.run_colors.assign(self.groups)
-            entries = [(name, f"{name[len(GROUP):]} · {len(runs)} run{'s' if len(runs) != 1 else ''}", slots[name])
+            entries = [(name, f"{name[len(GROUP):]} · {len(runs)} run{'s' if len(runs) != 1 else ''}",
+                        self.group_slots[name])
                        for name, runs in self.groups.items()]
         else:
             entries = [(key, self.labels[key], self.slots[key]) for key in self.keys]
@@ -289,7 +291,7 @@ class ChartsPanel(QWidget):
             return False
         self.points.setdefault(metric, {}).setdefault(key, Series()).append(steps.astype(float), vals)
         if group not in chart.curves:
-            slot = self.run_colors.assign(self.groups)[group]
+            slot = self.group_slots[group]
             chart.add_group(group, color=color(slot), label=group[len(GROUP):], dashed=dashed(slot))
             chart.set_hidden(group, group in self.hidden)
         self._stale_bands.add((metric, group))
