@@ -33,7 +33,8 @@ import pyqtgraph as pg  # noqa: E402
 from _common import median, percentile, table, write_result  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
-from pilothouse.gui._qt.chart import ChartWidget, color_for  # noqa: E402
+from pilothouse.gui._qt.chart import ChartWidget  # noqa: E402
+from pilothouse.gui.palette import color  # noqa: E402
 
 WARMUP = 3
 
@@ -90,8 +91,8 @@ def bench_app(x, ys, prefill, step, frames, size) -> tuple[list[float], float]:
     chart.resize(*size)
     chart.show()
     names = [f"run{i}/reward" for i in range(len(ys))]
-    for name, y in zip(names, ys):
-        chart.add_curve(name, run_id=name)
+    for i, (name, y) in enumerate(zip(names, ys)):
+        chart.add_curve(name, color=color(i))
         chart.append(name, x[:prefill], y[:prefill])
     chart.flush()
     n = prefill
@@ -117,7 +118,7 @@ def bench_pyqtgraph(x, ys, prefill, step, frames, size, peak: bool) -> list[floa
     widget.show()
     items = []
     for i, y in enumerate(ys):
-        item = widget.plot(x[:prefill], y[:prefill], pen=color_for(f"run{i}/reward"), connect="finite")
+        item = widget.plot(x[:prefill], y[:prefill], pen=color(i), connect="finite")
         if peak:
             item.setDownsampling(auto=True, method="peak")
             item.setClipToView(True)

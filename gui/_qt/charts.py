@@ -268,7 +268,9 @@ class ChartsPanel(QWidget):
             chart.setMinimumHeight(CHART_HEIGHT)
             self._title(metric)
             menu = chart.getPlotItem().getViewBox().menu  # right-click on the chart
-            menu.addAction("Pin to top / unpin", lambda m=metric: self.pin(m, m not in (self.pinned or [])))
+            action = menu.addAction("Pin to top / unpin")
+            action.setData(metric)
+            action.triggered.connect(self._toggle_pin)  # a bound method: a lambda holding the panel would leak it
             self._style(chart)
             self._mark(metric, chart)
         if self.groups:
@@ -310,6 +312,10 @@ class ChartsPanel(QWidget):
             relayout |= self._check_constant(metric, chart)
         if relayout:
             self._layout()
+
+    def _toggle_pin(self) -> None:
+        metric = self.sender().data()
+        self.pin(metric, metric not in (self.pinned or []))
 
     def _check_constant(self, metric: str, chart: ChartWidget) -> bool:
         """Re-decide whether a chart is flat; True when that changed (the grid must change)."""
