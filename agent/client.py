@@ -216,7 +216,7 @@ class Client:
         One id per call: retrying after a lost answer can never apply it twice."""
         cid = uuid.uuid4().hex[:20]
         args = {"cid": cid, "run": run, "cmd": cmd, "values": values, "at_step": at_step,
-                "who": {"user": getpass.getuser(), "host": socket.gethostname(), "client": "cli", **(who or {})}}
+                "who": claimed_sender(who)}
         deadline = time.monotonic() + wait
         row: dict | None = None
         silence: AgentUnavailable | str = f"no answer from the agent at {self.url} within {wait:g} s"
@@ -235,6 +235,19 @@ class Client:
         if row is None:  # the agent never answered: nothing says the command is queued anywhere
             raise AgentUnavailable(f"{silence}; command {cid} may not have reached it")
         return {**row, "state": "timeout"}
+
+    # --- retention --------------------------------------------------------------------------
+
+    def remove(self, runs: list[str], force: bool = False, plan: bool = False) -> list[dict]:
+        """Remove runs (ids or names), all or none: ``{"id", "project", "name", "status", "points",
+        "bytes", ...}`` each.  The agent hides them at once and deletes their rows in the background;
+        it refuses a live run unless ``force``.  ``plan``: only say what would go."""
+        return self.request("remove", runs=runs, force=force, plan=plan, who=claimed_sender())
+
+    def gc_plan(self, older_than: float | None = None, max_size: int | None = None) -> dict:
+        """Which ended runs a gc would remove (``runs``), and the journal's data now and after
+        (``total``, ``left``, bytes).  Changes nothing: pass the ids to ``remove``."""
+        return self.request("gc", older_than=older_than, max_size=max_size)
 
     # --- alerts -----------------------------------------------------------------------------
 
@@ -295,6 +308,11 @@ class Client:
                     self._sock.send(pack(message("unsub")), zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass
+
+
+def claimed_sender(who: dict[str, str] | None = None) -> dict[str, str]:
+    """Who a request says it comes from; the agent keeps this beside what it knows (the key, over CURVE)."""
+    return {"user": getpass.getuser(), "host": socket.gethostname(), "client": "cli", **(who or {})}
 
 
 def _decode(frame: bytes) -> dict:

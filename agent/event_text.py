@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from pilothouse.text import printable
+from pilothouse.text import fmt_bytes, printable
 
 HIDDEN = ("event", "time")  # said by a line's time and its sentence, never as key=value
 VALUE_CHARS = 1000  # one value (a path, a detail) shown at most this long
@@ -230,10 +230,22 @@ def _rules(body: Mapping, asked: Mapping | None) -> str:
     return f"alert rules{where} not reloaded, the previous ones stay" + (f": {detail}" if detail else "")
 
 
+def _imported(body: Mapping, asked: Mapping | None) -> str:
+    source = f" from {_text(body['source'])}" if body.get("source") else ""
+    was = f" (archived while {_word(body, 'archived_status')})" if body.get("archived_status") else ""
+    return f"imported{source} by {sender(body.get('who'))}: {_step(body['points'])} points{was}"
+
+
+def _removed(body: Mapping, asked: Mapping | None) -> str:
+    return (f"run {_text(body['project'])}/{_text(body['name'])} ({_text(body['run'])}) removed by "
+            f"{sender(body.get('who'))}: {_step(body['points'])} points, {fmt_bytes(_step(body['bytes']))}")
+
+
 Writer = Callable[[Mapping, "Mapping | None"], str]
 _WRITERS: dict[str, Writer] = {"status": _status, "command": _command, "ack": _ack, "checkpoint": _checkpoint,
                                "alert": _alert, "alert_hook": _alert_hook, "refused": _refused, "loss": _loss,
-                               "rules": _rules}
+                               "rules": _rules, "imported": _imported,
+                               "removed": _removed}
 
 
 # --- helpers ----------------------------------------------------------------------------------------

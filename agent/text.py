@@ -72,6 +72,40 @@ def fmt_value(v: float) -> str:
     return f"{v:.6g}"
 
 
+_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AMOUNT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]+)\s*")
+
+
+def parse_size(text: str) -> int:
+    """``50GB``, ``800MB``, ``2TiB``: bytes (KB..TB count in thousands, KiB..TiB in 1024s)."""
+    found = _AMOUNT.fullmatch(text)
+    if found is None or found[2].lower() not in _SIZE_UNITS:
+        raise ValueError(f"not a size: {text!r} (a number and a unit, B, KB, MB, GB, TB or KiB..TiB: 50GB)")
+    return check_int(int(float(found[1]) * _SIZE_UNITS[found[2].lower()]), "a size in bytes")
+
+
+def parse_age(text: str) -> float:
+    """``30d``, ``12h``, ``2w``: seconds (units s, m, h, d, w)."""
+    found = _AMOUNT.fullmatch(text)
+    if found is None or found[2].lower() not in _AGE_UNITS:
+        raise ValueError(f"not an age: {text!r} (a number and a unit, s, m, h, d or w: 30d)")
+    return float(found[1]) * _AGE_UNITS[found[2].lower()]
+
+
+def fmt_bytes(n: int) -> str:
+    """``45.6 MB``: a size as people read it, in the units ``parse_size`` takes."""
+    if n < 1000:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 999.5 or unit == "TB":
+            break
+    return f"{value:.3g} {unit}" if value < 999.5 else f"{value:.0f} {unit}"
+
+
 def write_points(pages: Iterator[Any], out: IO[str], fmt: str) -> int:
     """Long format metric,step,value,wall_time; floats written so they read back bit-exact."""
     n = 0

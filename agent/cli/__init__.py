@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from pilothouse.cli import alerts, app, key_metric, keys, read, rollouts, serve, steer
+from pilothouse.cli import alerts, app, archive, key_metric, keys, read, retention, rollouts, serve, steer
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Command, positive
 from pilothouse.client import AgentError
 from pilothouse.security import ENV_KEYS, SecurityError
@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
 
     serve.add_parser(sub, keys_arg)
     read.add_parsers(reader)
+    archive.add_parsers(reader)
+    retention.add_parsers(reader)
     rollouts.add_parser(reader)
     steer.add_parsers(reader)
     keys.add_parser(sub, keys_arg)

@@ -10,7 +10,7 @@ from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
 from pilothouse.cli.tail import MetricFilter, Tail, terminal_width
 from pilothouse.client import Client
 from pilothouse.event_text import Narrator
-from pilothouse.text import fmt_value, printable, write_points
+from pilothouse.text import fmt_bytes, fmt_value, printable, write_points
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, entry_body
 
 
@@ -18,6 +18,7 @@ def add_parsers(reader: Reader) -> None:
     r = reader("runs", "list runs with status, step, key metric and last values", cmd_runs)
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.add_argument("--all", action="store_true", help="include the agent's host/GPU sampling runs")
+    r.add_argument("--size", action="store_true", help="each run's disk use (its journal data), and the total")
 
     t = reader("tail", "print a run's metrics live", cmd_tail)
     t.add_argument("run", help="run id or unambiguous run name")
@@ -53,18 +54,22 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no runs yet on {args.agent}: add `run = pilothouse.init(project=..., name=...)` to a training script")
         return 0
-    rows = [("ID", "RUN", "STATUS", "STEP", "HOST", "LOST", "ALERTS", "KEY", "LAST VALUES")]
+    size = ("SIZE",) if args.size else ()
+    rows = [("ID", "RUN", "STATUS", "STEP", *size, "HOST", "LOST", "ALERTS", "KEY", "LAST VALUES")]
     for r in runs:
         lost = max(r["dropped_records"] or 0, r["lost_records"] or 0)
         key, summary = r["key"], r["summary"]  # the agent decides the key: a project's choice, or automatic
         headline = f"{key}={fmt_value(summary[key])}" if key in summary else "-"
         values = "  ".join(f"{k}={fmt_value(v)}" for k, v in [kv for kv in summary.items() if kv[0] != key][:3])
+        size = (fmt_bytes(r.get("bytes") or 0),) if args.size else ()
         rows.append(tuple(map(printable, (r["id"], f"{r['project']}/{r['name']}", r["status"],
-                     "-" if r["last_step"] is None else str(r["last_step"]), r["host"] or "-",
+                     "-" if r["last_step"] is None else str(r["last_step"]), *size, r["host"] or "-",
                      f"{lost} rec" if lost else "0", ",".join(r.get("alerts") or []) or "-", headline, values))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    if args.size:
+        print(f"{fmt_bytes(sum(r.get('bytes') or 0 for r in runs))} in {len(runs)} run{'s' if len(runs) != 1 else ''}")
     return 0
 
 

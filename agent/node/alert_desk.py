@@ -109,6 +109,13 @@ class AlertDesk:
         self.store.db.execute("INSERT OR REPLACE INTO alert_rules VALUES (?,?,?,?)",
                               [source, scope, spec["name"], msgpack.packb(spec, use_bin_type=True)])
 
+    def forget(self, run: str) -> None:
+        """A removed run: its rules, its alerts and its episodes go with it."""
+        self.engine.forget(run)
+        self.store.db.execute("DELETE FROM alert_rules WHERE source IN ('run', 'user') AND scope=?", [run])
+        self.store.db.execute("DELETE FROM alerts WHERE run=?", [run])
+        self._names.pop(run, None)
+
     # --- evaluation --------------------------------------------------------------------------
 
     def on_entries(self, entries: list[Entry]) -> None:

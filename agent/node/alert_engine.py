@@ -108,6 +108,14 @@ class AlertEngine:
         for idle_key in [k for k in self._gpu_idle if k[0] == key]:
             del self._gpu_idle[idle_key]
 
+    def forget(self, run: str) -> None:
+        """A removed run: its own rules and every episode on it go."""
+        for key in [k for k in self._rules if k[0] != "file" and k[1] == run]:
+            self._drop(key)
+        for state_key in [k for k in self._states if k[1] == run]:
+            del self._states[state_key]
+        self._matches.clear()
+
     def firing(self) -> list[Alert]:
         """The alert that started each episode still going on."""
         return [s.last for s in self._states.values() if s.firing and s.last is not None]

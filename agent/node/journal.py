@@ -48,7 +48,19 @@ _ROLLOUTS = f"FROM journal WHERE run=? AND kind='{KIND_ROLLOUTS}' AND metric IS 
 _PACKED_STEP = b"\x83\xa4step"  # how a rollout body begins: a 3-key map whose first key is "step"
 
 RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
-               "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records")
+               "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records", "points",
+               "bytes")
+
+# A run's disk use: the bytes of its entries' blobs plus what a row and its index entry take besides
+# (about 70 bytes for a one-point chunk, measured), kept in ``runs.bytes`` as entries are committed.
+ENTRY_OVERHEAD = 64
+_ENTRY_BYTES = (f"{ENTRY_OVERHEAD} + COALESCE(length(steps), 0) + COALESCE(length(vals), 0) "
+                "+ COALESCE(length(times), 0) + COALESCE(length(body), 0)")
+# counts a run from its rows: for journals from before the counters, and runs written around
+# ``commit`` (an import), whose counters are NULL until then
+_COUNT_RUNS = (f"UPDATE runs SET (points, bytes) = (SELECT COALESCE(SUM(n) FILTER (WHERE kind='{KIND_METRIC}'), 0), "
+               f"COALESCE(SUM({_ENTRY_BYTES}), 0) FROM journal WHERE run=runs.id) WHERE bytes IS NULL")
+_HIDDEN = "run NOT IN (SELECT id FROM runs WHERE removing IS NOT NULL)"  # rows of runs being removed
 
 
 class Mark(NamedTuple):
@@ -78,8 +90,9 @@ class Store:
         self.db = open_db(self.path)  # explicit transactions: one per agent loop turn
         self._create_tables()
         self.journal_id = self._journal_id()
-        self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
+        self.head = self._stored_head()
         self.max_seq = self._load_streams()
+        self.removing = self._load_removing()
         self.summaries: dict[str, dict[str, float]] = {}  # run -> metric -> last value, for runs ingested
         self._dirty_last: dict[tuple[str, str], bool] = {}  # (run, metric) whose last value changed this turn
         self._known_metrics: set[str] = set()
@@ -94,7 +107,8 @@ class Store:
             "id": str, "project": str, "name": str, "kind": str, "host": str, "pid": int,
             "pid_started": float, "config": bytes, "created": float, "status": str, "last_seen": float,
             "ended": float, "last_step": int, "dropped_records": int,
-            "dropped_points": int, "lost_records": int, "schema": bytes,
+            "dropped_points": int, "lost_records": int, "schema": bytes, "points": int, "bytes": int,
+            "removing": float,
         }, pk="id", if_not_exists=True)
         # a run's metrics and their last values: a row each, so a turn writes only what changed
         db["last_values"].create({"run": str, "metric": str, "value": bytes}, pk=("run", "metric"),
@@ -124,6 +138,19 @@ class Store:
             "steps": bytes, "vals": bytes, "times": bytes, "body": bytes,
         }, pk="id", if_not_exists=True)
         db["journal"].create_index(["run", "kind", "metric", "id"], if_not_exists=True)
+        if "removing" not in db["runs"].columns_dict:  # a journal from before retention: counted once, here
+            for column, kind in (("points", int), ("bytes", int), ("removing", float)):
+                db["runs"].add_column(column, kind)
+            db.execute(_COUNT_RUNS)
+
+    def _stored_head(self) -> int:
+        """The last entry id used: a removed run's ids are never given again (readers hold cursors)."""
+        return self.db.execute("SELECT MAX(COALESCE((SELECT MAX(id) FROM journal), 0), "
+                               "COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key='head'), 0))").fetchone()[0]
+
+    def _load_removing(self) -> dict[str, float]:
+        """Runs being removed (run -> when it began), oldest first: hidden from every reader."""
+        return dict(self.db.execute("SELECT id, removing FROM runs WHERE removing IS NOT NULL ORDER BY removing"))
 
     def _journal_id(self) -> str:
         """Names this journal: entry ids restart in a new one, so readers must not reuse cursors."""
@@ -149,10 +176,7 @@ class Store:
                 "INSERT OR REPLACE INTO streams (run, rank, session, max_seq) VALUES (?,?,?,?)",
                 [(*key, self.max_seq[key]) for key in self._dirty_streams])
             self._dirty_streams.clear()
-        if self._dirty_runs:
-            self.db.conn.executemany("UPDATE runs SET last_step=MAX(COALESCE(last_step, -1), ?) WHERE id=?",
-                                     [(step, run) for run, step in self._dirty_runs.items()])
-            self._dirty_runs.clear()
+        self._update_runs(entries)
         if self._dirty_last:
             self.db.conn.executemany("INSERT OR REPLACE INTO last_values VALUES (?,?,?)",
                                      [(run, m, _F64.pack(self.summaries[run][m])) for run, m in self._dirty_last])
@@ -161,7 +185,22 @@ class Store:
         if len(self._known_metrics) > 100_000:  # a cache of checked names, not a record: keep it bounded
             self._known_metrics.clear()
         self.db.execute("COMMIT")
-        return entries
+        return [e for e in entries if e.run not in self.removing] if self.removing else entries
+
+    def _update_runs(self, entries: list[Entry]) -> None:
+        """One write per run the turn touched: its step, and its points and bytes grown by what the
+        turn wrote, so a run's size is known without a scan."""
+        written: dict[str, list[int]] = {}
+        for e in entries:
+            count = written.setdefault(e.run, [0, 0])
+            count[0] += e.n if e.kind == KIND_METRIC else 0
+            count[1] += ENTRY_OVERHEAD + sum(len(b) for b in (e.steps, e.vals, e.times, e.body) if b is not None)
+        self.db.conn.executemany(
+            "UPDATE runs SET last_step=IIF(?1 IS NULL, last_step, MAX(COALESCE(last_step, -1), ?1)), "
+            "points=points+?2, bytes=bytes+?3 WHERE id=?4",
+            [(self._dirty_runs.get(run), *written.get(run, (0, 0)), run) for run in {**self._dirty_runs, **written}])
+        self.db.conn.executemany(f"{_COUNT_RUNS} AND id=?", [(run,) for run in written])
+        self._dirty_runs.clear()
 
     def rollback(self) -> None:
         """Forget this turn's writes (memory too), e.g. after an unexpected error."""
@@ -172,8 +211,9 @@ class Store:
         self._dirty_runs.clear()
         self._dirty_last.clear()
         self._undo.clear()
-        self.head = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM journal").fetchone()[0]
+        self.head = self._stored_head()
         self.max_seq = self._load_streams()
+        self.removing = self._load_removing()
         self.summaries.clear()
 
     def _load_streams(self) -> dict[Stream, int]:
@@ -226,7 +266,7 @@ class Store:
                 f"VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 2))})",
                 [run_id, hello["project"], hello["name"], kind, hello["host"], hello["pid"],
                  hello.get("pid_started"), hello.get("created", now), "running", now, None, None,
-                 0, 0, 0, pack(hello["config"]), pack(hello.get("schema", {}))])
+                 0, 0, 0, 0, 0, pack(hello["config"]), pack(hello.get("schema", {}))])
             self.event(run_id, "status", {"status": "running", "host": hello["host"], "pid": hello["pid"]})
         elif hello.get("rank", 0) == 0:  # the run's process, as far as liveness goes, is rank 0's
             config, _ = self.config_and_schema(run_id)  # the process's own settings win; steered ones stay
@@ -276,7 +316,9 @@ class Store:
                         [state, step, detail, pack(applied), now, cid])
 
     def has_run(self, run_id: str) -> bool:
-        return self.db.execute("SELECT 1 FROM runs WHERE id=?", [run_id]).fetchone() is not None
+        """Whether the run is here for everyone: one being removed is not."""
+        return run_id not in self.removing and \
+            self.db.execute("SELECT 1 FROM runs WHERE id=?", [run_id]).fetchone() is not None
 
     def set_status(self, run_id: str, status: str, now: float, **why: Any) -> None:
         ended = now if status in ("finished", "crashed") else None
@@ -300,7 +342,8 @@ class Store:
         counts = dict(self.db.execute("SELECT run, COUNT(*) FROM last_values GROUP BY run"))
         chosen = self.key_choices()
         out = []
-        for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, schema FROM runs ORDER BY created"):
+        for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, schema FROM runs WHERE removing IS NULL "
+                                  "ORDER BY created"):
             row["config"] = unpack_blob(row["config"])
             row["schema"] = unpack_blob(row["schema"]) or {}
             row["metrics"] = counts.get(row["id"], 0)
@@ -318,6 +361,44 @@ class Store:
         if key is not None and key not in names:
             names[-1] = key
         return key, {m: last[m] for m in names}
+
+    # --- removal: hidden at once, deleted in bounded batches --------------------------------
+
+    def hide(self, run: str, now: float) -> None:
+        """Begin removing ``run``: from this transaction on no reader sees it and nothing of it is
+        stored; ``remove_some`` deletes its rows later, a batch per loop turn."""
+        self.db.execute("UPDATE runs SET removing=? WHERE id=?", [now, run])
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('head', ?)", [str(self.head)])
+        self._changed(self.removing, run)
+        self.removing[run] = now
+
+    def remove_some(self, rows: int, size: int) -> str | None:
+        """Delete up to ``rows`` journal rows, about ``size`` bytes, of the oldest run being removed;
+        once none is left, its run, last values, commands and streams.  Returns the run whose removal
+        this finished, if it did.  Other runs' rows and every entry id stay as they are."""
+        run = next(iter(self.removing))
+        batch, total = [], 0
+        for entry_id, entry_bytes in self.db.execute(f"SELECT id, {_ENTRY_BYTES} FROM journal WHERE run=? LIMIT ?",
+                                                     [run, rows]).fetchall():
+            batch.append((entry_id,))
+            total += entry_bytes
+            if total >= size:
+                break
+        if batch:
+            self.db.conn.executemany("DELETE FROM journal WHERE id=?", batch)
+            return None
+        for table, column in (("last_values", "run"), ("commands", "run"), ("streams", "run"), ("runs", "id")):
+            self.db.execute(f"DELETE FROM {table} WHERE {column}=?", [run])
+        del self.removing[run]
+        self.summaries.pop(run, None)
+        for key in [k for k in self.max_seq if k[0] == run]:
+            del self.max_seq[key]
+        return run
+
+    def retention_rows(self) -> list[dict]:
+        """What deciding a removal needs of every run (no summaries): status, times, points, bytes."""
+        return list(self.db.query("SELECT id, project, name, kind, host, pid, pid_started, status, created, "
+                                  "last_seen, ended, points, bytes FROM runs WHERE removing IS NULL ORDER BY created"))
 
     # --- key metrics: a project's headline, chosen by the user ----------------------------
 
@@ -337,7 +418,7 @@ class Store:
         """(runs of ``project``, those of them that log ``metric``): tells a user a choice is a typo."""
         runs, logging = self.db.execute(
             "SELECT COUNT(*), COUNT(v.metric) FROM runs r LEFT JOIN last_values v ON v.run=r.id AND v.metric=? "
-            "WHERE r.project=?", [metric, project]).fetchone()
+            "WHERE r.project=? AND r.removing IS NULL", [metric, project]).fetchone()
         return runs, logging
 
     def _last_values(self, run: str) -> dict[str, float]:
@@ -350,7 +431,7 @@ class Store:
         if self.has_run(ref):
             return ref
         matches = [r["id"] for r in self.db.query(
-            "SELECT id FROM runs WHERE name=? OR project || '/' || name=?", [ref, ref])]
+            "SELECT id FROM runs WHERE (name=? OR project || '/' || name=?) AND removing IS NULL", [ref, ref])]
         if len(matches) == 1:
             return matches[0]
         if not matches:
@@ -471,6 +552,10 @@ class Store:
              limit_points: int = MAX_PAGE_POINTS, limit_entries: int = 2_000) -> tuple[list[Entry], int]:
         """Entries after cursor ``after``; returns (entries, cursor to continue from)."""
         where, args = ["id > ?"], [after]
+        if run in self.removing:
+            return [], max(after, self.head)
+        if self.removing:
+            where.append(_HIDDEN)
         if run is not None:
             where.append("run = ?")
             args.append(run)

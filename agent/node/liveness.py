@@ -55,6 +55,10 @@ class Liveness:
         """A (new) process speaks for the run."""
         self.runs[run] = Trainer(host, pid, pid_started, time.time())
 
+    def forget(self, run: str) -> None:
+        """A removed run: no verdict is made on it any more."""
+        self.runs.pop(run, None)
+
     def heard(self, run: str, now: float) -> None:
         live = self.runs.get(run)
         if live is None:

@@ -26,9 +26,11 @@ from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.disk_space import REMIND_EVERY, DiskSpace, is_disk_full
 from pilothouse.node.feed import ReaderFeed
+from pilothouse.node.import_desk import ImportDesk
 from pilothouse.node.journal import Store
 from pilothouse.node.liveness import HELLO, Liveness, Session, Sessions
 from pilothouse.node.recover import corrupt_message, is_corrupt
+from pilothouse.node.retention import Retention
 from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
@@ -54,6 +56,8 @@ TURN_SECONDS = 0.05
 LOCAL, REMOTE = b"L", b"R"  # peer tags: which socket a routing id belongs to
 FEED_TYPES = frozenset({"sub", "credit", "unsub"})  # a reader following the journal
 REMOTE_TYPES = FEED_TYPES | {"q"}  # readers and commands; trainers stay local
+TRAINER_TYPES = frozenset({"rec", "hb", "hello", "finish", "cack"})  # messages that speak for a run
+SIGNED_OPS = ("command", "import_end", "remove")  # recorded with who sent them
 
 
 class Refused(ProtocolError):
@@ -121,6 +125,12 @@ class Agent:
             "alert_rm": self.alerts.op_alert_rm, "key_metric": self._op_key_metric,
             "key_metric_set": self._op_key_metric_set, "rollouts": self._op_rollouts,
         }
+        self.imports = ImportDesk(self.store)  # a run from an archive: hidden until its last batch is in
+        self._ops.update({"import_begin": self.imports.op_begin, "import_batch": self.imports.op_batch,
+                          "import_end": self.imports.op_end, "import_abort": self.imports.op_abort})
+        self.retention = Retention(self.store, self.liveness, self.sessions, self.commands, self.alerts,
+                                   self._system_run, self.host)  # rm and gc: a run hidden at once, deleted in batches
+        self._ops.update({"remove": self.retention.op_remove, "gc": self.retention.op_gc})
         self._held_ops = {"command": self.commands.op_command, "command_status": self.commands.op_command_status}
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -146,7 +156,7 @@ class Agent:
             while not self._stop.is_set():
                 now = time.monotonic()
                 behind = self.feed.behind()
-                timeout = 0 if behind else max(0.0, min(next_sample, next_check) - now)
+                timeout = 0 if behind or self.retention.pending() else max(0.0, min(next_sample, next_check) - now)
                 if poller.poll(int(min(timeout, 0.2) * 1000)):
                     self._turn()
                 elif behind:
@@ -159,6 +169,8 @@ class Agent:
                     self._timer(self._check_liveness)
                     self._timer(self._alert_timer)
                     next_check = now + 1.0
+                if self.retention.pending():  # one bounded batch between turns: ingest never waits for long
+                    self._timer(self._remove_some)
         finally:
             self._stop.set()
             self.alerts.hooks.stop()
@@ -211,6 +223,14 @@ class Agent:
             self.alerts.tick()
             self.commands.expire()
 
+    def _remove_some(self) -> None:
+        try:
+            with self._writing():
+                self.retention.step()
+        except Exception:
+            self.retention.hold()  # a failing batch (a full disk) is retried in a second, not in a busy loop
+            raise
+
     def _timer(self, job: Callable[[], None]) -> None:
         """A failing timer job is undone and retried next tick; it never stops the agent."""
         try:
@@ -239,7 +259,7 @@ class Agent:
             self._send(ident, message("ack", run=run, rank=rank, seq=seq))
         self._acks.clear()
         self._send_replies()
-        self.feed.feed(head_before, entries)
+        self.feed.feed(head_before, [] if self.imports.take_landed() else entries)  # an imported run: paged
 
     def _unstored(self, exc: Exception, what: str) -> None:
         """A commit failed (a full disk, or worse): undo it all; what only read is still answered,
@@ -367,6 +387,10 @@ class Agent:
     def _dispatch(self, ident: bytes, msg: dict, client_key: str | None = None) -> None:
         kind = msg["t"]
         now = time.time()
+        removed = self.retention.refusal(msg) if kind in TRAINER_TYPES else None
+        if removed is not None:
+            self._reply(ident, message("err", id=None, msg=removed))
+            return
         if kind == "rec":
             self._on_records(ident, msg, now)
         elif kind == "hb":
@@ -545,9 +569,9 @@ class Agent:
         try:
             if not isinstance(args, dict):
                 raise TypeError("query args must be a map")
+            if name in SIGNED_OPS:
+                args = {**args, "who": self._sender(args.get("who"), client_key)}
             if name in self._held_ops:  # commands: the desk may hold the answer until the trainer's ack
-                if name == "command":
-                    args = {**args, "who": self._sender(args.get("who"), client_key)}
                 data = self._held_ops[name](args, ident, msg["id"])
                 if data is None:
                     return
