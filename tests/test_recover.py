@@ -25,7 +25,8 @@ def _damage_a_journal_page(path) -> int:
     return page
 
 
-def test_a_damaged_page_is_named_and_recover_keeps_the_rest(tmp_path):
+def test_a_damaged_page_is_named_and_recover_keeps_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setenv("PILOTHOUSE_PACK_ROWS", "1000000")  # many small rows over many pages, left unpacked
     data = tmp_path / "agent"
     proc = AgentProcess(data, free_port()).start()
     run = ph.init(project="disk", name="damaged", agent=proc.url)

@@ -270,6 +270,7 @@ def test_gc_removes_what_ended_long_ago_then_the_oldest_until_the_data_fits(agen
 
 def test_an_agent_killed_mid_removal_resumes_it_and_other_runs_stay_whole(agent_with, monkeypatch):
     monkeypatch.setenv("PILOTHOUSE_REMOVE_ROWS", "5")  # the removal spans hundreds of loop turns
+    monkeypatch.setenv("PILOTHOUSE_PACK_ROWS", "1000000")  # of small entries, not packed meanwhile
     proc = agent_with({"first": {"steps": 300, "per_call": 4}, "big": {"steps": 9000, "per_call": 3},
                        "last": {"steps": 300, "per_call": 4}})
     total = journal_rows(proc.data, "SELECT COUNT(*) FROM journal WHERE run='big'")[0][0]

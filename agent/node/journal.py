@@ -22,8 +22,17 @@ import msgpack
 import numpy as np
 
 from pilothouse.db import open_db
+from pilothouse.node import packed_chunks
 from pilothouse.wire.checks import INT64_MAX
-from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, Entry, join_chunks, unpack_blob
+from pilothouse.wire.entries import (
+    ENTRY_FIELDS,
+    KIND_EVENT,
+    KIND_METRIC,
+    KIND_ROLLOUTS,
+    Entry,
+    join_chunks,
+    unpack_blob,
+)
 from pilothouse.wire.messages import MAX_PAGE_POINTS, ProtocolError, pack
 from pilothouse.wire.metric_order import by_importance, key_metric
 from pilothouse.wire.records import (
@@ -60,6 +69,8 @@ _ENTRY_BYTES = (f"{ENTRY_OVERHEAD} + COALESCE(length(steps), 0) + COALESCE(lengt
 # ``commit`` (an import), whose counters are NULL until then
 _COUNT_RUNS = (f"UPDATE runs SET (points, bytes) = (SELECT COALESCE(SUM(n) FILTER (WHERE kind='{KIND_METRIC}'), 0), "
                f"COALESCE(SUM({_ENTRY_BYTES}), 0) FROM journal WHERE run=runs.id) WHERE bytes IS NULL")
+_FIELDS = ", ".join(ENTRY_FIELDS)  # the journal also has first_id: where a packed entry begins
+_MARKS = ", ".join("?" * len(ENTRY_FIELDS))
 _HIDDEN = "run NOT IN (SELECT id FROM runs WHERE removing IS NOT NULL)"  # rows of runs being removed
 
 
@@ -135,9 +146,12 @@ class Store:
                              pk=("run", "rank", "session"), not_null={"session"}, if_not_exists=True)
         db["journal"].create({
             "id": int, "run": str, "kind": str, "metric": str, "rank": int, "n": int,
-            "steps": bytes, "vals": bytes, "times": bytes, "body": bytes,
+            "steps": bytes, "vals": bytes, "times": bytes, "body": bytes, "first_id": int,
         }, pk="id", if_not_exists=True)
         db["journal"].create_index(["run", "kind", "metric", "id"], if_not_exists=True)
+        if "first_id" not in db["journal"].columns_dict:  # a journal from before packing (see compactor)
+            db["journal"].add_column("first_id", int)
+        db.execute("CREATE INDEX IF NOT EXISTS journal_packed ON journal (first_id) WHERE first_id IS NOT NULL")
         if "removing" not in db["runs"].columns_dict:  # a journal from before retention: counted once, here
             for column, kind in (("points", int), ("bytes", int), ("removing", float)):
                 db["runs"].add_column(column, kind)
@@ -170,7 +184,7 @@ class Store:
         """Write what this turn gathered; returns the committed entries for live readers."""
         entries, self._pending = self._pending, []
         if entries:
-            self.db.conn.executemany("INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)", entries)
+            self.db.conn.executemany(f"INSERT INTO journal ({_FIELDS}) VALUES ({_MARKS})", entries)
         if self._dirty_streams:
             self.db.conn.executemany(
                 "INSERT OR REPLACE INTO streams (run, rank, session, max_seq) VALUES (?,?,?,?)",
@@ -563,23 +577,29 @@ class Store:
         if kinds:
             where.append(f"kind IN ({','.join('?' * len(kinds))})")
             args.extend(kinds)
-        sql = f"SELECT * FROM journal WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
+        sql = f"SELECT {_FIELDS} FROM journal WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
         entries: list[Entry] = []
         points = 0
         for row in map(Entry._make, self.db.execute(sql, [*args, limit_entries])):
-            entries.append(row)
+            entries.append(_unpacked(row, after, None))
             points += row.n
             if points >= limit_points:
                 break
         if len(entries) < limit_entries and points < limit_points:
             return entries, max(after, self.head)  # scanned to the end
-        return entries, entries[-1].id
+        end = entries[-1].id
+        if not kinds or KIND_METRIC in kinds:  # packed entries reaching back into this page: their part of it
+            where[0] = "first_id BETWEEN ? AND ? AND id > ?"
+            straddling = self.db.execute(f"SELECT {_FIELDS} FROM journal WHERE {' AND '.join(where)} ORDER BY id",
+                                         [end - packed_chunks.MAX_SPAN, end, end, *args[1:]])
+            entries.extend(_unpacked(row, after, end) for row in map(Entry._make, straddling))
+        return entries, end
 
     def series(self, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, values, wall_times) of one metric, every point, in arrival order."""
         rows = self.db.execute("SELECT steps, vals, times FROM journal WHERE run=? AND kind=? AND metric=? "
                                "ORDER BY id", [run, KIND_METRIC, metric]).fetchall()
-        return join_chunks(rows)
+        return join_chunks([packed_chunks.unpack(r[0])[1] if r[1] is None else r for r in rows])
 
     # --- rollouts by step ---------------------------------------------------------------
 
@@ -629,7 +649,8 @@ class Store:
                 if out and size + length > budget:
                     more = {"step": step} if step is not None else {"last": last, "seen": steps}
                     return out, {**more, "before": out[-1].id}
-                out.append(Entry._make(self.db.execute("SELECT * FROM journal WHERE id=?", [entry_id]).fetchone()))
+                out.append(Entry._make(self.db.execute(f"SELECT {_FIELDS} FROM journal WHERE id=?",
+                                                            [entry_id]).fetchone()))
                 size += length
         finally:
             cursor.close()
@@ -686,3 +707,11 @@ class Store:
                 return step
         body = self.db.execute("SELECT body FROM journal WHERE id=?", [entry_id]).fetchone()[0]
         return unpack_blob(body)["step"]  # a body packed some other way
+
+
+def _unpacked(row: Entry, after: int, upto: int | None) -> Entry:
+    """A packed entry as the plain one a reader between cursors ``after`` and ``upto`` is owed."""
+    if row.vals is not None or row.kind != KIND_METRIC:
+        return row
+    n, points = packed_chunks.unpack(row.steps, after, upto)
+    return row._replace(n=n, steps=points.steps, vals=points.vals, times=points.times)

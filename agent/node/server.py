@@ -24,6 +24,7 @@ import zmq
 from pilothouse.db import private_dir
 from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.command_desk import CommandDesk
+from pilothouse.node.compactor import Compactor
 from pilothouse.node.disk_space import REMIND_EVERY, DiskSpace, is_disk_full
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.import_desk import ImportDesk
@@ -131,6 +132,7 @@ class Agent:
         self.retention = Retention(self.store, self.liveness, self.sessions, self.commands, self.alerts,
                                    self._system_run, self.host)  # rm and gc: a run hidden at once, deleted in batches
         self._ops.update({"remove": self.retention.op_remove, "gc": self.retention.op_gc})
+        self.compactor = Compactor(self.store)  # small metric entries packed into large ones, between turns
         self._held_ops = {"command": self.commands.op_command, "command_status": self.commands.op_command_status}
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -156,7 +158,8 @@ class Agent:
             while not self._stop.is_set():
                 now = time.monotonic()
                 behind = self.feed.behind()
-                timeout = 0 if behind or self.retention.pending() else max(0.0, min(next_sample, next_check) - now)
+                spare = self.retention.pending() or self.compactor.pending()
+                timeout = 0 if behind or spare else max(0.0, min(next_sample, next_check) - now)
                 if poller.poll(int(min(timeout, 0.2) * 1000)):
                     self._turn()
                 elif behind:
@@ -171,6 +174,8 @@ class Agent:
                     next_check = now + 1.0
                 if self.retention.pending():  # one bounded batch between turns: ingest never waits for long
                     self._timer(self._remove_some)
+                elif self.compactor.pending():
+                    self._timer(self._compact_some)
         finally:
             self._stop.set()
             self.alerts.hooks.stop()
@@ -231,6 +236,14 @@ class Agent:
             self.retention.hold()  # a failing batch (a full disk) is retried in a second, not in a busy loop
             raise
 
+    def _compact_some(self) -> None:
+        try:
+            with self._writing():
+                self.compactor.step()
+        except Exception:
+            self.compactor.failed()  # undone: counted again, and tried again in a second
+            raise
+
     def _timer(self, job: Callable[[], None]) -> None:
         """A failing timer job is undone and retried next tick; it never stops the agent."""
         try:
@@ -259,7 +272,11 @@ class Agent:
             self._send(ident, message("ack", run=run, rank=rank, seq=seq))
         self._acks.clear()
         self._send_replies()
-        self.feed.feed(head_before, [] if self.imports.take_landed() else entries)  # an imported run: paged
+        landed = self.imports.take_landed()
+        self.compactor.added(entries)
+        if landed:
+            self.compactor.resurvey()
+        self.feed.feed(head_before, [] if landed else entries)  # an imported run: paged
 
     def _unstored(self, exc: Exception, what: str) -> None:
         """A commit failed (a full disk, or worse): undo it all; what only read is still answered,

@@ -1,0 +1,172 @@
+"""Bytes on disk per point: the journal as written, the journal once packed, and TensorBoard's event files.
+
+Two kinds of series, each written into the agent's own Store one reading per ingest (as the
+agent writes a paced trainer's step, or its sampler's once-a-second GPU reading: the case
+where a row per point costs most):
+
+- the demo's 10 metrics, with the values of a real run of the demo's GRPO trainer (run here
+  against a real agent, then read back);
+- one GPU's NVML readings at 1 Hz for ``--hours`` (util and temperature as integers, power in
+  mW, memory in MiB, as NVML gives them; there is no GPU here, so they are generated).
+
+A run's bytes are those of its rows copied into a fresh database with the journal's indexes,
+counted page by page (``dbstat``), so other runs and free pages do not count.  TensorBoard:
+the size of the event file ``SummaryWriter.add_scalar`` writes for the same points.
+
+    python benchmarks/bench_storage.py [--steps 1000] [--hours 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import ROOT, AgentProcess, median, table, write_result
+
+from pilothouse.client import Client
+from pilothouse.node.compactor import Compactor
+from pilothouse.node.journal import Store
+from pilothouse.wire.entries import KIND_METRIC
+from pilothouse.wire.messages import pack, unpack
+from pilothouse.wire.records import encode_records
+
+Series = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # metric -> (steps, values, wall times)
+
+
+def demo_series(steps: int) -> Series:
+    """Every metric of a real demo run: the demo trainer against a real agent."""
+    with AgentProcess() as agent:
+        subprocess.run([sys.executable, "-m", "pilothouse.demo.grpo", "--agent", agent.url, "--name", "bench",
+                        "--steps", str(steps), "--checkpoint-dir", str(agent.data / "ckpt")],
+                       check=True, cwd=ROOT, capture_output=True, timeout=900)
+        with Client(agent.url, timeout=30) as client:
+            run = next(r for r in client.runs() if r["name"] == "bench")
+            metrics = {e.metric for page in client.history(run["id"], [KIND_METRIC]) for e in page.entries}
+            return {m: client.series(run["id"], m) for m in sorted(metrics)}
+
+
+def gpu_series(hours: float, seed: int = 0) -> Series:
+    """One GPU's readings once a second, as NVML reports them (integers, mW, MiB)."""
+    rng = np.random.default_rng(seed)
+    n = int(hours * 3600)
+    steps = np.arange(n, dtype=np.int64)
+    times = 1.76e9 + steps + rng.uniform(-0.02, 0.02, n)  # the sampler's tick, a little late or early
+    busy = (np.arange(n) // 600) % 7 != 0  # an idle ten minutes now and then
+    util = np.where(busy, np.clip(np.round(rng.normal(93, 4, n)), 0, 100), 0.0)
+    power_mw = np.round(np.where(busy, rng.normal(620_000, 25_000, n), 85_000 + rng.normal(0, 500, n)))
+    temp = np.round(55 + 20 * np.convolve(busy.astype(float), np.ones(300) / 300, "same") + rng.normal(0, 0.4, n))
+    mem_mib = np.where(busy, 71_234 + np.round(rng.normal(0, 3, n)).cumsum() % 512, 1_024)
+    return {name: (steps, values.astype(np.float64), times) for name, values in (
+        ("gpu0/util", util), ("gpu0/power_w", power_mw / 1000.0), ("gpu0/temp_c", temp),
+        ("gpu0/mem_used_gb", mem_mib / 1024.0), ("gpu0/mem_total_gb", np.full(n, 80.0)))}
+
+
+def write_plain(path: Path, series: Series) -> int:
+    """The points into a journal, one reading (every metric at one step) per ingest; returns points."""
+    store = Store(path)
+    store.begin()
+    store.upsert_run({"run": "bench", "project": "bench", "name": "bench", "host": "h", "pid": 1, "config": {}}, 0.0)
+    names = tuple(series)
+    length = min(len(s[0]) for s in series.values())
+    for i in range(length):
+        recs = [(0, int(series[names[0]][0][i]), float(series[names[0]][2][i]), names,
+                 [float(series[m][1][i]) for m in names])]
+        keys, records = encode_records(recs)
+        store.ingest(("bench", 0, ""), i + 1, i + 1, unpack(pack(keys)), unpack(pack(records)), 0.0)
+        if i % 5000 == 4999:
+            store.commit()
+            store.begin()
+    store.commit()
+    store.db.close()
+    return length * len(names)
+
+
+def run_bytes(path: Path) -> int:
+    """Pages the run's metric rows take, copied into a fresh database with the journal's indexes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "copy.sqlite"
+        con = sqlite3.connect(copy)
+        con.execute("ATTACH ? AS src", [str(path)])
+        con.execute("CREATE TABLE journal AS SELECT * FROM src.journal WHERE kind='m' ORDER BY id")
+        con.execute("CREATE INDEX j1 ON journal (run, kind, metric, id)")
+        con.execute("CREATE INDEX j2 ON journal (first_id) WHERE first_id IS NOT NULL")
+        con.commit()
+        used = con.execute("SELECT SUM(pgsize) FROM dbstat WHERE name IN ('journal', 'j1', 'j2')").fetchone()[0]
+        con.close()
+    return used
+
+
+def pack_all(path: Path) -> list[float]:
+    """Pack as the agent does, a step per transaction; returns how long each step that packed held it (s)."""
+    store = Store(path)
+    compactor = Compactor(store)
+    held = []
+    while compactor.pending():
+        started = time.perf_counter()
+        store.begin()
+        packed = compactor.step()
+        store.commit()
+        if packed:
+            held.append(time.perf_counter() - started)
+    store.db.close()
+    return held
+
+
+def tensorboard_bytes(out: Path, series: Series) -> int | None:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    writer = SummaryWriter(str(out))
+    for metric, (steps, values, times) in series.items():
+        for s, v, t in zip(steps.tolist(), values.tolist(), times.tolist()):
+            writer.add_scalar(metric, v, s, walltime=t)
+    writer.close()
+    return sum(f.stat().st_size for f in out.rglob("events.out.tfevents.*"))
+
+
+def measure(name: str, series: Series, tmp: Path) -> dict:
+    path = tmp / f"{name}.sqlite"
+    points = write_plain(path, series)
+    plain = run_bytes(path)
+    held = sorted(pack_all(path))
+    packed = run_bytes(path)
+    tb = tensorboard_bytes(tmp / f"tb-{name}", series)
+    store = Store(path)
+    exact = all(np.array_equal(a.view(np.int64), b.view(np.int64)) for m, (s, v, t) in series.items()
+                for a, b in zip(store.series("bench", m), (s, v, t)))
+    store.db.close()
+    return {"series": name, "points": points, "plain": plain / points, "packed": packed / points,
+            "tensorboard": None if tb is None else tb / points, "bit_exact": exact,
+            "held_ms_median": 1e3 * median(held), "held_ms_max": 1e3 * held[-1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=1000, help="steps of the demo run")
+    parser.add_argument("--hours", type=float, default=6.0, help="hours of 1 Hz GPU readings")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pilothouse-bench-") as tmp:
+        results = [measure("demo metrics", demo_series(args.steps), Path(tmp)),
+                   measure("GPU at 1 Hz", gpu_series(args.hours), Path(tmp))]
+    rows = [(r["series"], f"{r['points']:,}", f"{r['plain']:.1f}", f"{r['packed']:.2f}",
+             "-" if r["tensorboard"] is None else f"{r['tensorboard']:.1f}",
+             f"{r['plain'] / r['packed']:.1f}x",
+             "-" if r["tensorboard"] is None else f"{r['tensorboard'] / r['packed']:.1f}x",
+             "yes" if r["bit_exact"] else "NO", f"{r['held_ms_median']:.1f} / {r['held_ms_max']:.1f}")
+            for r in results]
+    print(table(["series", "points", "B/pt written", "B/pt packed", "B/pt TensorBoard", "written/packed",
+                 "TensorBoard/packed", "bit-exact", "ms per pack step (median / max)"], rows))
+    saved = write_result("bench_storage", {"results": results})
+    print(f"written: a row per metric per reading, as the agent stores a paced step; packed: after the agent's "
+          f"compactor; TensorBoard: SummaryWriter's event file. Result: {saved}")
+
+
+if __name__ == "__main__":
+    main()
