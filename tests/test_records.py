@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from pilothouse.wire.messages import ProtocolError, pack, unpack
-from pilothouse.wire.records import REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS, check_batch, encode_batch, metrics_packer
+from pilothouse.wire.records import (
+    REC_CHECKPOINT,
+    REC_METRICS,
+    REC_ROLLOUTS,
+    check_batch,
+    encode_batch,
+    join_batches,
+    metrics_packer,
+)
 
 NAN_PAYLOAD = struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_DEAD_BEEF))[0]
 SPECIAL = [math.nan, NAN_PAYLOAD, math.inf, -math.inf, -0.0, 0.0, 5e-324, 1.7976931348623157e308, 0.1]
@@ -77,3 +85,15 @@ def test_a_frame_cannot_claim_more_records_than_it_holds():
     body = unpack(pack(encode_batch([metrics(0, 1.0, x=1.0)])))
     with pytest.raises(ProtocolError, match=r"batch of 1000000000 records holds 1"):
         check_batch(10 ** 9, body["keys"], body["metrics"], body["others"], set())
+
+
+def test_a_batch_encoded_in_slices_reads_as_one():
+    records = [metrics(i, float(i), loss=float(i), **({"lr": i / 10} if i % 3 else {})) for i in range(10)]
+    records.insert(4, (REC_ROLLOUTS, None, (3, 3.5, [{"prompt": "p"}])))
+    whole = decoded(records)
+    body = unpack(pack(join_batches([encode_batch(records[i:i + 3]) for i in range(0, len(records), 3)])))
+    sliced = check_batch(body["n"], body["keys"], body["metrics"], body["others"], set())
+    assert sliced.n == whole.n == 11 and sliced.others == whole.others
+    for a, b in zip(sorted(whole.columns(), key=lambda c: c.metric), sorted(sliced.columns(), key=lambda c: c.metric)):
+        assert a.metric == b.metric and a.steps.tolist() == b.steps.tolist() and bits(a.vals) == bits(b.vals)
+        assert a.times.tolist() == b.times.tolist()

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgpack
@@ -30,7 +31,7 @@ from pilothouse.wire.messages import (
     pack,
     unpack,
 )
-from pilothouse.wire.records import REC_METRICS, REC_ROLLOUTS, encode_batch, metric_points
+from pilothouse.wire.records import REC_METRICS, REC_ROLLOUTS, encode_batch, join_batches, metric_points
 
 log = logging.getLogger("pilothouse.outbox")
 
@@ -42,6 +43,8 @@ MAX_INFLIGHT_BYTES = 32 << 20  # sent but not yet acknowledged; the rest waits i
 # training thread runs on (else that thread waits a GIL switch interval, 5 ms, per resumed slice).
 SLICE_S = 0.0003
 PAUSE_S = 0.0001
+SLICE_RECORDS = 1024  # a batch is encoded in slices of this many records, with a pause between when due
+BACKLOG = 4 * MAX_RECORDS_PER_BATCH  # records queued: past it the pauses stop (keeping up bounds memory)
 
 
 @dataclass
@@ -208,13 +211,13 @@ class Outbox:
             n = min(len(queue), MAX_RECORDS_PER_BATCH)
             recs = [pop() for _ in range(n)]
             try:
-                body, points, containers = _pack_body(recs, self._packer)
+                body, points, containers = _pack_body(recs, self._packer, self._pace)
                 while n > 1 and (len(body) > MAX_BATCH_BYTES or containers > MAX_BATCH_CONTAINERS):
                     # rare: wide records or many rollout rows; put the tail back
                     n //= 2
                     queue.extendleft(reversed(recs[n:]))
                     recs = recs[:n]
-                    body, points, containers = _pack_body(recs, self._packer)
+                    body, points, containers = _pack_body(recs, self._packer, self._pace)
             except (TypeError, ValueError, OverflowError) as exc:  # log() checks types; this is a last resort
                 self._error(f"{n} records could not be packed and were dropped: {exc}")
                 self.stats.dropped_records += n
@@ -235,8 +238,9 @@ class Outbox:
             self._finish_seq = self._next_seq - 1
 
     def _pace(self) -> None:
-        """Between slices of work: pause (the GIL goes to the training thread) once a slice ran long."""
-        if time.monotonic() - self._slice_start > SLICE_S:
+        """Between slices of work: pause (the GIL goes to the training thread) once a slice ran long,
+        unless the training thread logs faster than this thread keeps up with when pausing."""
+        if time.monotonic() - self._slice_start > SLICE_S and len(self.queue) < BACKLOG:
             time.sleep(PAUSE_S)
             self._slice_start = time.monotonic()
 
@@ -387,12 +391,18 @@ class Outbox:
         self.stats.errors += 1  # last: a reader that sees the count also sees the text
 
 
-def _pack_body(recs: list[tuple], packer: msgpack.Packer) -> tuple[bytes, int, int]:
+def _pack_body(recs: list[tuple], packer: msgpack.Packer, pace: Callable[[], None]) -> tuple[bytes, int, int]:
     """The batch's entries of the message map, its metric points, and the maps and lists the agent
     will decode (a group and its key set, a record of others, a rollout's rows).
 
-    ``packer`` (``autoreset=False``) is reused: a fresh one per batch costs a new buffer's page faults."""
-    fields = encode_batch(recs)
+    Encoded in slices with ``pace()`` between them, so the GIL is never held long.  ``packer``
+    (``autoreset=False``) is reused: a fresh one per batch costs a new buffer's page faults."""
+    parts = []
+    for start in range(0, len(recs), SLICE_RECORDS):
+        if start:
+            pace()
+        parts.append(encode_batch(recs[start:start + SLICE_RECORDS]))
+    fields = join_batches(parts)
     packer.reset()
     for key, value in fields.items():
         packer.pack(key)

@@ -66,6 +66,21 @@ def encode_batch(records: Sequence[tuple]) -> dict[str, Any]:
     return {"n": n, "keys": list(groups), "metrics": metrics, "others": others}
 
 
+def join_batches(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Batches encoded one after another -> one batch (the I/O thread encodes a big one in slices)."""
+    if len(parts) == 1:
+        return parts[0]
+    table: dict[tuple[str, ...], int] = {}
+    metrics, others, offset = [], [], 0
+    for part in parts:
+        index = [table.setdefault(tuple(names), len(table)) for names in part["keys"]]
+        for ks, at, rows in part["metrics"]:
+            metrics.append([index[ks], (np.frombuffer(at, _AT) + offset).astype(_AT).tobytes(), rows])
+        others.extend([o[0] + offset, *o[1:]] for o in part["others"])
+        offset += part["n"]
+    return {"n": offset, "keys": list(table), "metrics": metrics, "others": others}
+
+
 def metric_points(metrics: list[list]) -> int:
     """Values in a batch's metrics groups (its rows less their step and time)."""
     return sum(len(rows) // 8 - len(at) // 2 for _, at, rows in metrics)
