@@ -3,12 +3,12 @@
 Every peer logs the same dicts in one run; each ``log`` call is timed alone with
 ``perf_counter_ns`` (the dict is built outside the timed region).  Per trial we keep the
 median, p99 and mean of the per-step times and quote the median over trials: the
-median is the price of a typical step, the mean also charges the stalls that a
-background thread (pilothouse's outbox, TensorBoard's writer) causes by holding the GIL,
-and "CPU" is the process's CPU time per step, all threads, until the trial's data is
-delivered (pilothouse: acknowledged by the agent; TensorBoard: flushed).  Trials run round
-robin over the peers and ratios are taken per round, so the shared machine's slow spells
-hit both sides of a ratio.
+median is the price of a typical step, the worst call and the mean also charge the stalls
+that a background thread (pilothouse's outbox, TensorBoard's writer) causes by holding
+the GIL, and "CPU" is the process's CPU time per step, all threads, until the trial's data
+is delivered (pilothouse: acknowledged by the agent; TensorBoard: flushed).  Trials run
+round robin over the peers and ratios to the raw pyzmq PUSH peer are taken per round, so
+the shared machine's slow spells hit both sides of a ratio.
 
     python benchmarks/bench_log.py [--steps 20000] [--trials 7] [--budget 1.0]
 """
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rows.append([r["peer"], f"{r['median_us']:.2f}", f"{r['p99_us']:.2f}", f"{r['worst_us']:.0f}",
                      f"{r['mean_us']:.2f}", f"{r['cpu_us']:.2f}", r["steps_per_trial"], *shown,
                      "" if ok is None else "yes" if ok else "NO"])
-    rows += [[name, "", "", "", "", "", "", "", "", "skipped (not installed)", ""] for name in skipped]
+    rows += [[name, *[""] * 9, "skipped (not installed)"] for name in skipped]
     results += [{"peer": name, "status": "skipped (not installed)"} for name in skipped]
 
     print(f"\nLogging {len(METRICS)} scalars per step on the training thread: microseconds per step, "
