@@ -3,12 +3,12 @@
 Every peer logs the same dicts in one run; each ``log`` call is timed alone with
 ``perf_counter_ns`` (the dict is built outside the timed region).  Per trial we keep the
 median, p99 and mean of the per-step times and quote the median over trials: the
-median is the price of a typical step, the mean also charges the stalls that a
-background thread (pilothouse's outbox, TensorBoard's writer) causes by holding the GIL,
-and "CPU" is the process's CPU time per step, all threads, until the trial's data is
-delivered (pilothouse: acknowledged by the agent; TensorBoard: flushed).  Trials run round
-robin over the peers and ratios are taken per round, so the shared machine's slow spells
-hit both sides of a ratio.
+median is the price of a typical step, the worst call and the mean also charge the stalls
+that a background thread (pilothouse's outbox, TensorBoard's writer) causes by holding
+the GIL, and "CPU" is the process's CPU time per step, all threads, until the trial's data
+is delivered (pilothouse: acknowledged by the agent; TensorBoard: flushed).  Trials run
+round robin over the peers and ratios to the raw pyzmq PUSH peer are taken per round, so
+the shared machine's slow spells hit both sides of a ratio.
 
     python benchmarks/bench_log.py [--steps 20000] [--trials 7] [--budget 1.0]
 """
@@ -291,6 +291,7 @@ class Bench:
         self.p99s: list[float] = []
         self.means: list[float] = []
         self.cpus: list[float] = []
+        self.worsts: list[float] = []
 
     def trial(self) -> None:
         cpu0 = time.process_time_ns()
@@ -303,15 +304,18 @@ class Bench:
         self.medians.append(percentile(samples, 50) / 1e3)
         self.p99s.append(percentile(samples, 99) / 1e3)
         self.means.append(sum(samples) / self.n / 1e3)
+        self.worsts.append(samples[-1] / 1e3)
 
     def summary(self) -> dict[str, Any]:
         return {"steps_per_trial": self.n, "trials": len(self.medians), "logged_steps": self.step,
                 "trial_medians_us": [round(m, 3) for m in self.medians], "median_us": median(self.medians),
-                "p99_us": median(self.p99s), "mean_us": median(self.means), "cpu_us": median(self.cpus)}
+                "p99_us": median(self.p99s), "mean_us": median(self.means), "cpu_us": median(self.cpus),
+                "worst_us": median(self.worsts), "trial_worsts_us": [round(w, 1) for w in self.worsts]}
 
 
-def ratio_text(r: float) -> str:
-    return f"{r:.1f}x slower" if r >= 1.05 else f"{1 / r:.1f}x faster" if r <= 0.95 else "same"
+def paired_ratio(mine: list[float], reference: list[float]) -> float:
+    """Median of the per-round ratios: a slow spell of the shared machine slows both sides of one."""
+    return round(median([m / ref for m, ref in zip(mine, reference)]), 2)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -337,25 +341,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     results = [{"peer": b.peer.name, "status": "ok", **b.summary(), "delivery": b.peer.close(b.step)}
                for b in benches]
-    reference = benches[0].medians
+    push = next(b for b in benches if isinstance(b.peer, RawZmq))
     rows = []
     for bench, r in zip(benches, results):
-        # Paired by round: a slow spell of the shared machine then slows both sides of a ratio.
-        r["ratio_vs_pilothouse"] = round(median([m / ref for m, ref in zip(bench.medians, reference)]), 2)
+        ratios = {"median": (bench.medians, push.medians), "cpu": (bench.cpus, push.cpus),
+                  "worst": (bench.worsts, push.worsts)}
+        r["vs_raw_push"] = {what: paired_ratio(mine, ref) for what, (mine, ref) in ratios.items()}
         ok = r["delivery"].get("ok")
-        is_reference = bench is benches[0] or isinstance(bench.peer, Noop)
-        ratio = "-" if is_reference else ratio_text(r["ratio_vs_pilothouse"])
-        rows.append([r["peer"], f"{r['median_us']:.2f}", f"{r['p99_us']:.2f}", f"{r['mean_us']:.2f}",
-                     f"{r['cpu_us']:.2f}", r["steps_per_trial"], ratio, "" if ok is None else "yes" if ok else "NO"])
-    rows += [[name, "", "", "", "", "", "skipped (not installed)", ""] for name in skipped]
+        shown = ["-"] * 3 if bench is push or isinstance(bench.peer, Noop) else \
+            [f"{r['vs_raw_push'][what]:.2f}x" for what in ratios]
+        rows.append([r["peer"], f"{r['median_us']:.2f}", f"{r['p99_us']:.2f}", f"{r['worst_us']:.0f}",
+                     f"{r['mean_us']:.2f}", f"{r['cpu_us']:.2f}", r["steps_per_trial"], *shown,
+                     "" if ok is None else "yes" if ok else "NO"])
+    rows += [[name, *[""] * 9, "skipped (not installed)"] for name in skipped]
     results += [{"peer": name, "status": "skipped (not installed)"} for name in skipped]
 
     print(f"\nLogging {len(METRICS)} scalars per step on the training thread: microseconds per step, "
-          f"median over {args.trials} trials of the per-trial statistic.  CPU us: the whole process's CPU "
-          f"time (all threads, dict building included, see the floor row) per step until delivered.  "
-          f"'vs pilothouse': median of the per-round ratios of medians.\n")
-    print(table(["peer", "median us", "p99 us", "mean us", "CPU us", "steps/trial", "vs pilothouse", "delivered"],
-                rows))
+          f"median over {args.trials} trials of the per-trial statistic.  worst call: the slowest single "
+          f"call of a trial.  CPU us/step: the whole process's CPU time (all threads, dict building "
+          f"included, see the floor row) per step until delivered.  'vs PUSH': median of the per-round "
+          f"ratios to the raw pyzmq PUSH peer (below 1: cheaper).\n")
+    print(table(["peer", "median us", "p99 us", "worst call us", "mean us", "CPU us/step", "steps/trial",
+                 "median vs PUSH", "CPU vs PUSH", "worst vs PUSH", "delivered"], rows))
     d = results[0]["delivery"]
     print(f"\npilothouse delivery: {d['logged_records']} records logged, {d['acked_records']} acked, "
           f"{d['stored_points']}/{d['logged_points']} points stored by the agent; after each trial "

@@ -34,7 +34,7 @@ from pilothouse.node.compactor import Compactor
 from pilothouse.node.journal import Store
 from pilothouse.wire.entries import KIND_METRIC
 from pilothouse.wire.messages import pack, unpack
-from pilothouse.wire.records import encode_records
+from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer
 
 Series = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # metric -> (steps, values, wall times)
 
@@ -73,12 +73,12 @@ def write_plain(path: Path, series: Series) -> int:
     store.begin()
     store.upsert_run({"run": "bench", "project": "bench", "name": "bench", "host": "h", "pid": 1, "config": {}}, 0.0)
     names = tuple(series)
+    pack_row = metrics_packer(len(names))
     length = min(len(s[0]) for s in series.values())
     for i in range(length):
-        recs = [(0, int(series[names[0]][0][i]), float(series[names[0]][2][i]), names,
-                 [float(series[m][1][i]) for m in names])]
-        keys, records = encode_records(recs)
-        store.ingest(("bench", 0, ""), i + 1, i + 1, unpack(pack(keys)), unpack(pack(records)), 0.0)
+        row = pack_row(int(series[names[0]][0][i]), float(series[names[0]][2][i]),
+                       *(float(series[m][1][i]) for m in names))
+        store.ingest(("bench", 0, ""), i + 1, i + 1, unpack(pack(encode_batch([(REC_METRICS, names, row)]))), 0.0)
         if i % 5000 == 4999:
             store.commit()
             store.begin()

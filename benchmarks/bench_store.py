@@ -21,23 +21,23 @@ import sqlite_utils
 from _common import median, write_result
 
 from pilothouse.node.journal import Store
-from pilothouse.wire.records import encode_records
+from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer
 
 METRICS = [f"layer{i:02d}/grad_norm" for i in range(100)]
 BATCH = 1000  # records per trainer batch, as the outbox sends under load
 
 
-def make_batches(steps: int) -> list[tuple[list, list]]:
-    """(keys, recs) per batch exactly as the agent receives them off the wire."""
+def make_batches(steps: int) -> list[tuple[dict, list]]:
+    """(batch, its (step, wall_time, values) records): the batch exactly as the agent receives it off the wire."""
     rng = np.random.default_rng(0)
     values = rng.standard_normal((steps, len(METRICS))).tolist()
     names = tuple(METRICS)
+    pack_row = metrics_packer(len(names))
     batches = []
     for start in range(0, steps, BATCH):
-        recs = [(0, s, 1.7e9 + s, names, values[s]) for s in range(start, min(start + BATCH, steps))]
-        keys, wire = encode_records(recs)
-        msg = msgpack.unpackb(msgpack.packb({"k": keys, "r": wire}), raw=False)
-        batches.append((msg["k"], msg["r"]))
+        recs = [(s, 1.7e9 + s, values[s]) for s in range(start, min(start + BATCH, steps))]
+        body = encode_batch([(REC_METRICS, names, pack_row(*r[:2], *r[2])) for r in recs])
+        batches.append((msgpack.unpackb(msgpack.packb(body), raw=False), recs))
     return batches
 
 
@@ -48,9 +48,9 @@ def journal_trial(batches: list, folder: Path) -> tuple[float, float, np.ndarray
     store.commit()
     seq = 1
     t0 = time.perf_counter()
-    for keys, recs in batches:
+    for body, recs in batches:
         store.begin()
-        store.ingest(("r", 0, ""), seq, seq, keys, recs, 0.0)
+        store.ingest(("r", 0, ""), seq, seq, body, 0.0)
         store.commit()
         seq += len(recs)
     ingest = time.perf_counter() - t0
@@ -69,9 +69,9 @@ def rows_trial(batches: list, folder: Path) -> tuple[float, float, np.ndarray]:
     db["points"].create({"run": str, "metric": str, "step": int, "value": float, "wall_time": float})
     db["points"].create_index(["run", "metric", "step"])
     t0 = time.perf_counter()
-    for keys, recs in batches:
-        names = keys[0]
-        rows = [("r", name, rec[1], value, rec[2]) for rec in recs for name, value in zip(names, rec[4])]
+    for _, recs in batches:
+        rows = [("r", name, step, value, wall_time) for step, wall_time, vals in recs
+                for name, value in zip(METRICS, vals)]
         with db.conn:
             db.conn.executemany("INSERT INTO points VALUES (?,?,?,?,?)", rows)
     ingest = time.perf_counter() - t0

@@ -22,6 +22,8 @@ os.environ["PILOTHOUSE_LOCAL_KEYS"] = tempfile.mkdtemp(prefix="pilothouse-local-
 from pilothouse.client import Client, reachable  # noqa: E402
 from pilothouse.security import local_keyring, secure_client  # noqa: E402
 from pilothouse.wire.entries import entry_body  # noqa: E402
+from pilothouse.wire.messages import pack, unpack  # noqa: E402
+from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,20 +115,18 @@ def agent_proc(tmp_path):
     proc.stop()
 
 
-def encode_dict_records(records: list) -> tuple[list[list[str]], list]:
-    """Metrics records written as [0, step, time, {name: value}] (readable in tests) -> the wire's
-    key-set table and value lists; anything else (rollouts, malformed shapes) passes through."""
-    keys: list[list[str]] = []
-    out = []
-    for r in records:
-        if isinstance(r, list) and len(r) == 4 and r[0] == 0 and isinstance(r[3], dict):
-            names = list(r[3])
-            if names not in keys:
-                keys.append(names)
-            out.append([0, r[1], r[2], keys.index(names), list(r[3].values())])
+def batch_fields(records: list) -> dict:
+    """Records written readably -> the batch entries of a 'rec' message (``n``, ``keys``, ``metrics``,
+    ``others``), made by the trainer's own encoder and passed through msgpack as the agent gets them:
+    [0, step, wall_time, {name: value}] metrics, [1, step, wall_time, rows] rollouts, [2, step, wall_time,
+    path] a checkpoint."""
+    queue = []
+    for kind, step, wall_time, payload in records:
+        if kind == REC_METRICS:
+            queue.append((kind, tuple(payload), metrics_packer(len(payload))(step, wall_time, *payload.values())))
         else:
-            out.append(r)
-    return keys, out
+            queue.append((kind, None, (step, wall_time, payload)))
+    return unpack(pack(encode_batch(queue)))
 
 
 def start_trainer(tmp_path: Path, body: str, url: str, *args: str, name: str = "trainer") -> subprocess.Popen:

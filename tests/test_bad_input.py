@@ -21,7 +21,7 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from conftest import AgentProcess, as_owner, encode_dict_records, free_port, wait_until
+from conftest import AgentProcess, as_owner, batch_fields, free_port, wait_until
 from zmq.utils.monitor import recv_monitor_message
 
 import pilothouse as ph
@@ -492,14 +492,20 @@ SEED = "seedrun1"
     ({**HELLO, "run": "w1", "name": ""}, r"run name must be 1 to 250 characters, got 0"),
     ({**HELLO, "run": "w1", "name": "n" * 251}, r"run name must be 1 to 250 characters, got 251"),
     ({"t": "rec", "run": SEED, "rank": 0}, r"'rec' seq must be an int in \[1, "),
-    ({"t": "rec", "run": SEED, "rank": "0", "seq": 99, "floor": 99, "recs": [[0, 9, 1.0, {"x": 1.0}]]},
+    ({"t": "rec", "run": SEED, "rank": "0", "seq": 99, "floor": 99, **batch_fields([[0, 9, 1.0, {"x": 1.0}]])},
      r"rank must be an int in \[0, "),
-    ({"t": "rec", "run": SEED, "rank": 0, "seq": 0, "floor": 0, "recs": [[0, 9, 1.0, {"x": 1.0}]]},
+    ({"t": "rec", "run": SEED, "rank": 0, "seq": 0, "floor": 0, **batch_fields([[0, 9, 1.0, {"x": 1.0}]])},
      r"'rec' seq must be an int in \[1, "),
-    ({"t": "rec", "run": SEED, "rank": 0, "seq": 99, "floor": 99.0, "recs": [[0, 9, 1.0, {"x": 1.0}]]},
+    ({"t": "rec", "run": SEED, "rank": 0, "seq": 99, "floor": 99.0, **batch_fields([[0, 9, 1.0, {"x": 1.0}]])},
      r"floor must be an int in \[0, \d+\], got 99.0"),
-    ({"t": "rec", "run": SEED, "rank": 0, "seq": 99, "floor": 99, "recs": []}, r"has no records"),
-    ({"t": "rec", "run": SEED, "rank": 0, "seq": 99, "floor": 99, "recs": {"x": 1}}, r"needs recs of type list"),
+    ({"t": "rec", "run": SEED, "rank": 0, "seq": 99, "floor": 99, **batch_fields([[0, 9, 1.0, {"x": 1.0}]]), "n": 0},
+     r"'rec' n \(records in the batch\) must be an int in \[1, "),
+    ({"t": "rec", "run": SEED, "rank": 0, "seq": 99, "floor": 99, **batch_fields([[0, 9, 1.0, {"x": 1.0}]]),
+      "n": "1"}, r"'rec' n \(records in the batch\) must be an int"),
+    ({"t": "rec", "run": SEED, "rank": 0, "seq": 99, "floor": 99, **batch_fields([[0, 9, 1.0, {"x": 1.0}]]),
+      "metrics": {"x": 1}}, r"needs metrics of type list"),
+    ({"t": "rec", "run": SEED, "rank": 0, "seq": 2 ** 63 - 1, "floor": 99, **batch_fields([[0, 9, 1.0, {"x": 1.0}]]),
+      "n": 2}, r"'rec' last seq must be an int"),
     ({"t": "hb", "run": SEED}, r"rank must be an int in \[0, "),
     ({"t": "finish", "run": SEED, "rank": 0}, r"'finish' seq must be an int in \[0, "),
     ({"t": "finish", "run": SEED, "rank": 0, "seq": "9"}, r"'finish' seq must be an int in \[0, "),
@@ -555,46 +561,73 @@ def test_wire_multi_frame_message_gets_err(wire):
     assert peer.ask(good)["t"] == "r"
 
 
-def rec(seq: int, *records: list, run: str = SEED) -> dict:
-    keys, recs = encode_dict_records(list(records))
-    return {"t": "rec", "run": run, "rank": 0, "seq": seq, "floor": seq, "keys": keys, "recs": recs}
+def rec(seq: int, *records: list, run: str = SEED, **fields: Any) -> dict:
+    """A 'rec' message of readable records (see conftest.batch_fields), with ``fields`` put over its batch."""
+    return {"t": "rec", "run": run, "rank": 0, "seq": seq, "floor": seq, **batch_fields(list(records)), **fields}
 
 
-@pytest.mark.parametrize("records, why", [
-    ([[0, 10, 1.0, {"loss": "x"}]], r"metric 'loss' at step 10 is str, not a number"),
-    ([[0, 10, 1.0, {"loss": None}]], r"metric 'loss' at step 10 is NoneType, not a number"),
-    ([[0, 10, 1.0, {"loss": [1.0, 2.0]}]], r"metric 'loss' at step 10 is list, not a number"),
-    ([[0, 10, 1.0, {"loss": {"a": 1.0}}]], r"metric 'loss' at step 10 is dict, not a number"),
-    ([[0, 10, 1.0, {"loss": True}]], r"metric 'loss' at step 10 is bool, not a number"),
-    ([[0, 10, 1.0, {"loss": b"1"}]], r"metric 'loss' at step 10 is bytes, not a number"),
-    ([[0, 10, 1.0, {"ok": 1.0}], [0, 11, 1.0, {"ok": 2.0, "loss": "x"}]], r"metric 'loss' at step 11"),
-    ([[0, -1, 1.0, {"loss": 1.0}]], r"record step must be an int >= 0"),
-    ([[0, 10, 1.0, {"loss": 1.0}], [0, -5, 1.0, {"loss": 1.0}]], r"record step must be an int >= 0"),
-    ([[0, 1.5, 1.0, {"loss": 1.0}]], r"record step must be an int >= 0"),
-    ([[0, True, 1.0, {"loss": 1.0}]], r"record step must be an int >= 0"),
-    ([[0, 10, 1, {"loss": 1.0}]], r"wall_time a float"),
-    ([[0, 10, None, {"loss": 1.0}]], r"wall_time a float"),
-    ([[0, 10, 1.0]], r"a record must be \[0, step, wall_time, keyset, values\] or \[1, step, wall_time, rows\]"),
-    (["rec"], r"a record must be \[0, step, wall_time, keyset, values\]"),
-    ([[7, 10, 1.0, {"loss": 1.0}]], r"record kind 7 with 4 fields is not known"),
-    ([[0, 10, 1.0, [1.0]]], r"record kind 0 with 4 fields is not known"),
-    ([[2, 10, 1.0, 5]], r"record kind 2 with 4 fields is not known"),
-    ([[2, 10, 1.0, "x" * 4097]], r"record kind 2 with 4 fields is not known"),
-    ([[0, 10, 1.0, 5, [1.0]]], r"metrics record at step 10 does not match its key set"),
-    ([[0, 10, 1.0, {"a": 1.0}], [0, 11, 1.0, 0, [1.0, 2.0]]], r"metrics record at step 11 does not match"),
-    ([[0, 10, 1.0, "0", [1.0]]], r"metrics record at step 10 does not match its key set"),
-    ([[0, 10, 1.0, {"": 1.0}]], r"metric name must be 1 to 250 characters"),
-    ([[0, 10, 1.0, {"lo\x1bss": 1.0}]], r"metric name 'lo\\x1bss' contains control character U\+001B"),
-    ([[0, 10, 1.0, {"x" * 251: 1.0}]], r"metric name must be 1 to 250 characters, got 251"),
-    ([[1, 10, 1.0, [{"p": {"nested": 1}}]]], r"rollout field 'p' has unsupported type dict"),
-    ([[1, 10, 1.0, ["row"]]], r"a rollout row must be a dict, got str"),
-    ([[1, 10, 1.0, [{"p": b"x"}]]], r"rollout field 'p' has unsupported type bytes"),
-    ([[0, 10, 1.0, {"ok": 1.0}], [1, 11, 1.0, [{"p": [1]}]]], r"rollout field 'p'"),
+def row(step: int, *values: float) -> bytes:
+    """One record of a metrics group, as the trainer packs it."""
+    return struct.pack(f"<qd{len(values)}d", step, 1.0, *values)
+
+
+def at(*offsets: int) -> bytes:
+    return np.array(offsets, "<u4").tobytes()
+
+
+M1 = [0, 10, 1.0, {"loss": 1.0}]  # a good metrics record
+ROLLOUT = [1, 11, 1.0, [{"prompt": "p", "reward": 1.0}]]
+
+
+@pytest.mark.parametrize("records, fields, why", [
+    ([M1], {"metrics": [[0, at(0), row(10, 1.0)[:-1]]]},
+     r"metrics group 0: 4 bytes of offsets and 23 of rows do not hold records of step, time and 1 metrics"),
+    ([M1], {"metrics": [[0, at(0), row(10, 1.0, 2.0)]]}, r"do not hold records of step, time and 1 metrics"),
+    ([M1], {"metrics": [[0, b"\x00\x00\x00", row(10, 1.0)]]}, r"3 bytes of offsets"),
+    ([M1], {"metrics": [[0, b"", b""]]}, r"0 bytes of offsets and 0 of rows"),
+    ([M1], {"metrics": [[5, at(0), row(10, 1.0)]]}, r"metrics group 0 names key set 5, the table has 1"),
+    ([M1], {"metrics": [[-1, at(0), row(10, 1.0)]]}, r"names key set -1"),
+    ([M1], {"metrics": [["0", at(0), row(10, 1.0)]]}, r"metrics group 0 must be \[keyset, at, rows\]"),
+    ([M1], {"metrics": [[0, at(0)]]}, r"metrics group 0 must be \[keyset, at, rows\]"),
+    ([M1], {"metrics": [[0, [0], [10, 1.0, 1.0]]]}, r"metrics group 0 must be \[keyset, at, rows\]"),
+    ([M1], {"metrics": [[True, at(0), row(10, 1.0)]]}, r"metrics group 0 must be \[keyset, at, rows\]"),
+    ([M1], {"metrics": ["group"]}, r"metrics group 0 must be"),
+    ([M1], {"metrics": [[0, at(0), row(-1, 1.0)]]}, r"record step must be an int >= 0, got -1"),
+    ([M1, M1], {"metrics": [[0, at(1, 0), row(10, 1.0) + row(11, 2.0)]]}, r"record offsets must increase"),
+    ([M1, M1], {"metrics": [[0, at(0, 0), row(10, 1.0) + row(11, 2.0)]]}, r"record offsets must increase"),
+    ([M1], {"metrics": [[0, at(7), row(10, 1.0)]]}, r"records must be numbered 0\.\.0, each once"),
+    ([M1], {"metrics": [[0, at(2 ** 32 - 1), row(10, 1.0)]]}, r"records must be numbered 0\.\.0, each once"),
+    ([M1, M1], {"metrics": [[0, at(0), row(10, 1.0)], [0, at(0), row(11, 1.0)]]},
+     r"records must be numbered 0\.\.1, each once"),
+    ([M1, ROLLOUT], {"others": [[0, *ROLLOUT]]}, r"records must be numbered 0\.\.1, each once"),
+    ([M1], {"n": 3}, r"batch of 3 records holds 1"),
+    ([M1, ROLLOUT], {"n": 1}, r"batch of 1 records holds 2"),
+    ([M1, ROLLOUT, ROLLOUT], {"others": [[2, *ROLLOUT], [1, *ROLLOUT]]}, r"others must be in batch order"),
+    ([M1, ROLLOUT], {"others": [[1, 7, 10, 1.0, "x"]]}, r"record kind 7 is not known \(1: rollouts, 2: checkpoint\)"),
+    ([M1, ROLLOUT], {"others": [[1, 1, 10, 1.0]]},
+     r"a record in 'others' must be \[at, kind, step, wall_time, payload\]"),
+    ([M1, ROLLOUT], {"others": ["rec"]}, r"a record in 'others' must be"),
+    ([M1, ROLLOUT], {"others": [[-1, *ROLLOUT]]}, r"record offset must be an int >= 0, got -1"),
+    ([M1, ROLLOUT], {"others": [[1.0, *ROLLOUT]]}, r"record offset must be an int >= 0, got 1.0"),
+    ([ROLLOUT], {"others": [[0, 1, -1, 1.0, []]]}, r"record step must be an int >= 0 and wall_time a float"),
+    ([ROLLOUT], {"others": [[0, 1, 1.5, 1.0, []]]}, r"record step must be an int >= 0"),
+    ([ROLLOUT], {"others": [[0, 1, True, 1.0, []]]}, r"record step must be an int >= 0"),
+    ([ROLLOUT], {"others": [[0, 1, 10, 1, []]]}, r"wall_time a float"),
+    ([ROLLOUT], {"others": [[0, 1, 10, None, []]]}, r"wall_time a float"),
+    ([[2, 10, 1.0, 5]], {}, r"a checkpoint path must be a string of at most 4096 characters"),
+    ([[2, 10, 1.0, "x" * 4097]], {}, r"a checkpoint path must be a string of at most 4096 characters"),
+    ([[0, 10, 1.0, {"": 1.0}]], {}, r"metric name must be 1 to 250 characters"),
+    ([[0, 10, 1.0, {"lo\x1bss": 1.0}]], {}, r"metric name 'lo\\x1bss' contains control character U\+001B"),
+    ([[0, 10, 1.0, {"x" * 251: 1.0}]], {}, r"metric name must be 1 to 250 characters, got 251"),
+    ([[1, 10, 1.0, [{"p": {"nested": 1}}]]], {}, r"rollout field 'p' has unsupported type dict"),
+    ([[1, 10, 1.0, ["row"]]], {}, r"a rollout row must be a dict, got str"),
+    ([[1, 10, 1.0, [{"p": b"x"}]]], {}, r"rollout field 'p' has unsupported type bytes"),
+    ([M1, [1, 11, 1.0, [{"p": [1]}]]], {}, r"rollout field 'p'"),
 ])
-def test_wire_bad_records_for_a_stored_run_get_err_and_store_nothing(wire, records, why):
+def test_wire_bad_batches_for_a_stored_run_get_err_and_store_nothing(wire, records, fields, why):
     proc, peer, _ = wire
     seq = stored_seq(proc.data, SEED) + 1  # the next expected seq: the records really are validated
-    reply = peer.ask(rec(seq, *records))
+    reply = peer.ask(rec(seq, *records, **fields))
     assert reply is not None and reply["t"] == "err", reply
     assert re.search(why, reply["msg"]), reply["msg"]
     assert stored_seq(proc.data, SEED) == seq - 1
@@ -609,7 +642,7 @@ def test_wire_bad_records_for_a_stored_run_get_err_and_store_nothing(wire, recor
 def test_wire_bad_key_table_gets_err_and_stores_nothing(wire, keys, why):
     proc, peer, _ = wire
     seq = stored_seq(proc.data, SEED) + 1
-    msg = {**rec(seq, [0, 10, 1.0, 0, [1.0, 2.0]]), "keys": keys}
+    msg = rec(seq, M1, keys=keys)
     reply = peer.ask(msg)
     assert reply is not None and reply["t"] == "err" and re.search(why, reply["msg"]), reply
     assert stored_seq(proc.data, SEED) == seq - 1
@@ -675,10 +708,14 @@ def test_wire_oversized_frame_drops_the_connection_and_the_agent_serves_others(w
 
 # --- wire bugs: each one is a single frame any local process can send ---------------------
 
-def test_wire_record_step_beyond_int64_gets_err(wire):
+@pytest.mark.parametrize("records, fields", [
+    ([M1], {"metrics": [[0, at(0), struct.pack("<Qdd", 2 ** 63, 1.0, 1.0)]]}),  # int64 bits of a negative step
+    ([ROLLOUT], {"others": [[0, 1, 2 ** 63, 1.0, []]]}),
+], ids=["metrics", "rollouts"])
+def test_wire_record_step_beyond_int64_gets_err(wire, records, fields):
     proc, peer, _ = wire
-    reply = peer.ask(rec(stored_seq(proc.data, SEED) + 1, [0, 2 ** 63, 1.0, {"loss": 1.0}]), timeout=1.0)
-    assert reply is not None and reply["t"] == "err" and "step" in reply["msg"], reply
+    reply = peer.ask(rec(stored_seq(proc.data, SEED) + 1, *records, **fields), timeout=1.0)
+    assert reply is not None and reply["t"] == "err" and "record step must be an int >= 0" in reply["msg"], reply
 
 
 @pytest.mark.parametrize("msg", [
@@ -770,10 +807,10 @@ def test_a_deep_hello_in_the_middle_of_a_burst_is_refused_alone(tmp_path):
     peer = RawPeer(proc.url)
     try:
         assert peer.ask(_hello("goodrun1"))["t"] == "welcome"
-        keys, recs = encode_dict_records([[0, s, 1.0 + s, {"loss": float(s)}] for s in range(50)])
-        burst = [{"t": "rec", "run": "goodrun1", "rank": 0, "seq": 1, "floor": 1, "keys": keys, "recs": recs[:25]},
+        steps = [[0, s, 1.0 + s, {"loss": float(s)}] for s in range(50)]
+        burst = [{**rec(1, *steps[:25], run="goodrun1"), "floor": 1},
                  _hello("deeprun1", config={"layers": _nested(600)}),
-                 {"t": "rec", "run": "goodrun1", "rank": 0, "seq": 26, "floor": 1, "keys": keys, "recs": recs[25:]}]
+                 {**rec(26, *steps[25:], run="goodrun1"), "floor": 1}]
         for msg in burst:  # back to back: one turn of the agent sees all three
             peer.send(msg)
         replies = [peer.reply(5) for _ in range(3)]

@@ -18,6 +18,7 @@ import collections
 import itertools
 import json
 import sqlite3
+import struct
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import zmq
 from conftest import (
     AgentProcess,
     as_owner,
-    encode_dict_records,
+    batch_fields,
     finish,
     free_port,
     start_trainer,
@@ -232,6 +233,9 @@ def shaped_strategies(target: Target) -> st.SearchStrategy:
         ANY)
     kinds = st.lists(st.sampled_from(["m", "r", "e"]), max_size=3)
 
+    valid_rec = st.fixed_dictionaries(
+        {"t": st.just("rec"), "run": run_ids, "rank": small, "seq": seqs, "floor": st.integers(0, 40),
+         "recs": st.lists(record, min_size=1, max_size=6)}).map(encode_metrics)
     valid = {
         "hello": st.fixed_dictionaries(
             {"t": st.just("hello"), "run": run_ids, "rank": small, "project": names, "name": names,
@@ -239,9 +243,7 @@ def shaped_strategies(target: Target) -> st.SearchStrategy:
              "host": st.sampled_from(["fuzzhost", target.host]),
              "pid": st.integers(1, 4_000_000)},
             optional={"pid_started": st.one_of(st.none(), floats), "created": st.one_of(st.none(), floats)}),
-        "rec": st.fixed_dictionaries(
-            {"t": st.just("rec"), "run": run_ids, "rank": small, "seq": seqs, "floor": st.integers(0, 40),
-             "recs": st.lists(record, min_size=1, max_size=6)}).map(encode_metrics),
+        "rec": valid_rec,
         "hb": st.fixed_dictionaries(
             {"t": st.just("hb"), "run": run_ids, "rank": small},
             optional={"step": INT64, "dropped_records": INT64, "dropped_points": INT64}),
@@ -271,16 +273,29 @@ def shaped_strategies(target: Target) -> st.SearchStrategy:
     hostile_keys = hostile_rec.flatmap(lambda m: st.fixed_dictionaries(
         {**{k: st.just(v) for k, v in m.items()},
          "keys": st.one_of(st.just(m["keys"]), st.lists(st.lists(st.one_of(names, bad_names), max_size=3)), ANY)}))
+    group = st.one_of(st.tuples(st.integers(-1, 3), st.binary(max_size=16), st.binary(max_size=96)).map(list),
+                      st.lists(st.one_of(st.binary(max_size=32), INT64, ANY), max_size=4))
+    hostile_groups = valid_rec.flatmap(lambda m: st.fixed_dictionaries(
+        {**{k: st.just(v) for k, v in m.items()},
+         "n": st.one_of(st.just(m["n"]), st.integers(-1, 8), ANY),
+         "metrics": st.one_of(st.lists(group, max_size=3), ANY)}))
     hostile_hello = valid["hello"].flatmap(lambda m: st.fixed_dictionaries(
         {**{k: st.just(v) for k, v in m.items()},
          "project": st.one_of(names, bad_names, ANY), "name": st.one_of(names, bad_names, ANY)}))
     return st.one_of(*valid.values(), *(mutated(v) for v in valid.values()), hostile_rec, hostile_keys,
-                     hostile_hello)
+                     hostile_groups, hostile_hello)
 
 
 def encode_metrics(msg: dict) -> dict:
-    keys, recs = encode_dict_records(msg["recs"])
-    return {**msg, "keys": keys, "recs": recs}
+    """Records the trainer could send go through its encoder; the rest (hostile shapes, steps past
+    int64, values that are no numbers) go as they are among the batch's ``others``, which the agent
+    must refuse."""
+    recs = msg.pop("recs")
+    try:
+        return {**msg, **batch_fields(recs)}
+    except (struct.error, TypeError, ValueError, AttributeError):
+        return {**msg, "n": len(recs), "keys": [], "metrics": [], "others": [[i, *r] if isinstance(r, list) else r
+                                                                            for i, r in enumerate(recs)]}
 
 
 # --- the fuzz tests --------------------------------------------------------------------------

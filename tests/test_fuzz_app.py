@@ -25,6 +25,7 @@ import gc
 import json
 import random
 import sqlite3
+import struct
 import threading
 import time
 import tracemalloc
@@ -574,8 +575,8 @@ def invalid(msg) -> bool:
 TEMPLATES = {  # one valid message of each inbound type, for mutation
     "hello": {"t": "hello", "run": "fzmem", "rank": 0, "project": "p", "name": "n", "host": "fuzzhost", "pid": 12345,
               "config": {"lr": 0.1}},
-    "rec": {"t": "rec", "run": "fzmem", "rank": 0, "seq": 1, "floor": 0, "keys": [["loss"]],
-            "recs": [[0, 1, 1.0, 0, [0.5]]]},
+    "rec": {"t": "rec", "run": "fzmem", "rank": 0, "seq": 1, "floor": 0, "n": 1, "keys": [["loss"]],
+            "metrics": [[0, b"\x00\x00\x00\x00", struct.pack("<qdd", 1, 1.0, 0.5)]], "others": []},
     "hb": {"t": "hb", "run": "fzmem", "rank": 0},
     "finish": {"t": "finish", "run": "fzmem", "rank": 0, "seq": 1},
     "cack": {"t": "cack", "run": "fzmem", "rank": 0, "cid": "c1", "cmd": "pause", "state": "applied", "step": 1,

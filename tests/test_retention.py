@@ -16,14 +16,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import LOOP_UNTIL_STOPPED, ROOT, AgentProcess, free_port, start_trainer, wait_until
+from conftest import LOOP_UNTIL_STOPPED, ROOT, AgentProcess, batch_fields, free_port, start_trainer, wait_until
 
 from pilothouse.client import AgentError, Client
 from pilothouse.node.journal import ENTRY_OVERHEAD, Store
 from pilothouse.security import Keyring
 from pilothouse.wire.entries import KIND_EVENT, entry_body
-from pilothouse.wire.messages import pack, unpack
-from pilothouse.wire.records import encode_records
 
 DAY = 86400.0
 SIZE_SQL = (f"SELECT run, SUM(n) FILTER (WHERE kind='m'), SUM({ENTRY_OVERHEAD} + COALESCE(length(steps), 0) "
@@ -42,10 +40,9 @@ def write_runs(path: Path, runs: dict[str, dict]) -> None:
                           "pid": spec.get("pid", 1), "pid_started": spec.get("pid_started"), "config": {}}, now)
         steps, per_call = spec.get("steps", 100), spec.get("per_call", 50)
         for lo in range(0, steps, per_call):
-            recs = [(0, s, now + s, ("loss", "reward"), [1.0 / (s + 1), float(s)])
+            recs = [(0, s, now + s, {"loss": 1.0 / (s + 1), "reward": float(s)})
                     for s in range(lo, min(lo + per_call, steps))]
-            keys, records = encode_records(recs)
-            store.ingest((run, 0, ""), lo + 1, lo + 1, unpack(pack(keys)), unpack(pack(records)), now)
+            store.ingest((run, 0, ""), lo + 1, lo + 1, batch_fields(recs), now)
         store.set_status(run, spec.get("status", "finished"), now)
         store.commit()
         if "ended" in spec:

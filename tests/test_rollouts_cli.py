@@ -12,7 +12,7 @@ import re
 import time
 
 import pytest
-from conftest import AgentProcess, finish, free_port, start_trainer
+from conftest import AgentProcess, batch_fields, finish, free_port, start_trainer
 from conftest import run_cli as cli
 
 from pilothouse.client import AgentError
@@ -281,8 +281,8 @@ def store_with(tmp_path, steps: list[tuple[int, int]]) -> Store:
     seqs: dict[int, int] = {}
     for step, rank in steps:
         seq = seqs[rank] = seqs.get(rank, 0) + 1
-        store.ingest(("r1", rank, ""), seq, seq, [["loss"]],
-                     [[0, step, 1.0, 0, [0.5]], [1, step, 2.0, [{"prompt": f"{step}/{rank}", "reward": 1.0}]]], 0.0)
+        store.ingest(("r1", rank, ""), seq, seq, batch_fields(
+            [[0, step, 1.0, {"loss": 0.5}], [1, step, 2.0, [{"prompt": f"{step}/{rank}", "reward": 1.0}]]]), 0.0)
     store.commit()
     return store
 

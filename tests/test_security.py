@@ -518,7 +518,7 @@ def as_nobody(code: str, *args: str, timeout: float = 60) -> subprocess.Complete
 NOBODY = pwd.getpwnam("nobody")
 
 STRANGER = """
-import json, sys, time
+import json, struct, sys, time
 import msgpack, zmq
 from pilothouse.client import AgentUnavailable, Client
 import pilothouse as ph
@@ -536,8 +536,8 @@ def probe(sock):
     # answer to its commands, a hello, queries and a subscription
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(url)
-    for msg in ({"t": "rec", "run": run_id, "rank": 0, "seq": 1, "floor": 1, "keys": [["loss"]],
-                 "recs": [[0, 0, 1.0, 0, [666.0]]]},
+    for msg in ({"t": "rec", "run": run_id, "rank": 0, "seq": 1, "floor": 1, "n": 1, "keys": [["loss"]],
+                 "metrics": [[0, struct.pack("<I", 0), struct.pack("<qdd", 0, 1.0, 666.0)]], "others": []},
                 {"t": "hb", "run": run_id, "rank": 0, "step": 5, "paused": True},
                 {"t": "cack", "run": run_id, "rank": 0, "cid": "x1", "cmd": "set", "state": "applied", "step": 1,
                  "detail": "applied", "applied": {"lr": 9.0}},

@@ -7,10 +7,10 @@ import struct
 
 import numpy as np
 import pytest
+from conftest import batch_fields
 
 from pilothouse.node.journal import Store
-from pilothouse.wire.messages import ProtocolError, pack, unpack
-from pilothouse.wire.records import encode_records
+from pilothouse.wire.messages import ProtocolError, pack
 
 SPECIAL = [math.nan, math.inf, -math.inf, -0.0, 1e308, 5e-324, 0.1]
 HELLO = {"run": "r1", "rank": 0, "project": "p", "name": "n", "config": {"lr": 3e-4}, "host": "h", "pid": 1}
@@ -20,8 +20,8 @@ def bits(values) -> list[int]:
     return [struct.unpack("<Q", struct.pack("<d", v))[0] for v in values]
 
 
-def rec(step: int, **values: float) -> tuple:
-    return (0, step, 1000.0 + step, tuple(values), list(values.values()))
+def rec(step: int, **values: float) -> list:
+    return [0, step, 1000.0 + step, values]
 
 
 @pytest.fixture
@@ -33,15 +33,9 @@ def store(tmp_path):
     return s
 
 
-def wire(recs: list) -> tuple[list, list]:
-    """(keys, recs) as the agent receives them: encoded and through msgpack."""
-    keys, records = encode_records(recs)
-    return unpack(pack({"k": keys}))["k"], unpack(pack({"r": records}))["r"]
-
-
 def ingest(store: Store, seq: int, recs: list, floor: int | None = None):
     store.begin()
-    result = store.ingest(("r1", 0, ""), seq, floor or seq, *wire(recs), 0.0)
+    result = store.ingest(("r1", 0, ""), seq, floor or seq, batch_fields(recs), 0.0)
     store.commit()
     return result
 
@@ -78,9 +72,13 @@ def test_a_gap_below_the_trainers_floor_is_counted_as_loss(store):
     assert any(b"loss" in e[9] for e in events)
 
 
-def test_non_numeric_value_rejects_the_whole_batch(store):
-    with pytest.raises(ProtocolError, match="metric 'bad' at step 1 is str"):
-        ingest(store, 1, [rec(0, x=1.0), rec(1, x=2.0, bad="1.5")])
+def test_rows_that_do_not_match_their_key_set_reject_the_whole_batch(store):
+    body = batch_fields([rec(0, x=1.0), rec(1, x=2.0, y=3.0)])
+    body["metrics"][1][2] = body["metrics"][1][2][:-8]  # one value short
+    store.begin()
+    with pytest.raises(ProtocolError, match="metrics group 1: 4 bytes of offsets and 24 of rows do not hold "
+                                            "records of step, time and 2 metrics"):
+        store.ingest(("r1", 0, ""), 1, 1, body, 0.0)
     store.rollback()
     assert store.series("r1", "x")[0].size == 0 and store.max_seq.get(("r1", 0), 0) == 0
 
@@ -111,7 +109,7 @@ def test_streams_survive_reopening(store, tmp_path):
     again = Store(tmp_path / "j.sqlite")
     assert again.max_seq[("r1", 0, "")] == 2
     again.begin()
-    assert again.ingest(("r1", 0, ""), 1, 1, *wire([rec(0, x=0.0), rec(1, x=1.0)]), 0.0).seq == 2  # a resend
+    assert again.ingest(("r1", 0, ""), 1, 1, batch_fields([rec(0, x=0.0), rec(1, x=1.0)]), 0.0).seq == 2  # a resend
     again.commit()
     assert again.series("r1", "x")[0].tolist() == [0, 1]
 
@@ -141,14 +139,14 @@ def test_a_journal_from_before_sessions_keeps_its_streams(tmp_path):
     store = Store(path)
     assert store.max_seq == {("a", 0, ""): 7, ("a", 1, ""): 3, ("b", 0, ""): 12}
     store.begin()
-    assert store.ingest(("a", 0, ""), 1, 1, *wire([rec(0, x=0.0)]), 0.0).seq == 7  # still a resend
-    assert store.ingest(("a", 0, "new"), 1, 1, *wire([rec(0, x=0.0)]), 0.0).seq == 1  # a new process
+    assert store.ingest(("a", 0, ""), 1, 1, batch_fields([rec(0, x=0.0)]), 0.0).seq == 7  # still a resend
+    assert store.ingest(("a", 0, "new"), 1, 1, batch_fields([rec(0, x=0.0)]), 0.0).seq == 1  # a new process
     store.commit()
 
 
-def _wide(step: int, names) -> tuple:
+def _wide(step: int, names) -> list:
     names = tuple(names)
-    return (0, step, 1000.0 + step, names, [float(step)] * len(names))
+    return [0, step, 1000.0 + step, dict.fromkeys(names, float(step))]
 
 
 def test_past_the_metric_limit_new_metrics_are_refused_and_said_so(store):

@@ -33,17 +33,9 @@ from pilothouse.wire.entries import (
     join_chunks,
     unpack_blob,
 )
-from pilothouse.wire.messages import MAX_PAGE_POINTS, ProtocolError, pack
+from pilothouse.wire.messages import MAX_PAGE_POINTS, pack
 from pilothouse.wire.metric_order import by_importance, key_metric
-from pilothouse.wire.records import (
-    MAX_METRICS_PER_RUN,
-    REC_CHECKPOINT,
-    REC_METRICS,
-    REC_ROLLOUTS,
-    check_keysets,
-    check_rollouts,
-    columnize,
-)
+from pilothouse.wire.records import MAX_METRICS_PER_RUN, REC_ROLLOUTS, Column, RecordBatch, check_batch
 from pilothouse.wire.rollouts import ROLLOUT_PAGE_BYTES, ROLLOUT_SLACK
 
 _F64 = struct.Struct("<d")
@@ -454,17 +446,20 @@ class Store:
 
     # --- ingest -------------------------------------------------------------------------
 
-    def ingest(self, key: Stream, seq: int, floor: int, keys: list, recs: list, now: float) -> IngestResult:
-        """Store records seq.. of one stream exactly once; validate everything before writing."""
+    def ingest(self, key: Stream, seq: int, floor: int, body: dict, now: float) -> IngestResult:
+        """Store records seq.. of one stream exactly once; validate everything before writing.
+
+        ``body``: the 'rec' message's batch (``n``, ``keys``, ``metrics``, ``others``)."""
         run, rank, _ = key
         have = self.max_seq.get(key, 0)
-        last = seq + len(recs) - 1
+        batch = self.check_batch(body)  # a bad batch is refused as such, resent or not
+        last = seq + batch.n - 1
         if last <= have:
             return IngestResult(have)  # all seen before: a resend
         lost = max(0, floor - 1 - have) if seq > have + 1 else 0
         if seq > have + lost + 1:
             return IngestResult(have, expect=have + lost + 1)
-        rows, refused = self._entries(run, rank, keys, recs[have + lost + 1 - seq:])  # raises before any change
+        rows, refused = self._entries(run, rank, batch, have + lost + 1 - seq)  # raises before any change
         self.account_floor(key, floor)
         entries = [Entry(self._next_id(), *row) for row in rows]
         self._pending.extend(entries)
@@ -498,38 +493,24 @@ class Store:
             self.max_seq[key] = seq
             self._dirty_streams.add(key)
 
-    def check_records(self, rank: int, keys: list, recs: list) -> tuple[list, list, list]:
-        """A batch checked in full, changing nothing: (metric columns, rollouts, checkpoint notes),
-        or ProtocolError saying what is wrong."""
-        keysets = check_keysets(keys, self._known_metrics)
-        metric_recs = []
+    def check_batch(self, body: dict) -> RecordBatch:
+        """A 'rec' batch checked in full, changing nothing, or ProtocolError saying what is wrong."""
+        return check_batch(body.get("n"), body.get("keys"), body.get("metrics"), body.get("others"),
+                           self._known_metrics)
+
+    def _entries(self, run: str, rank: int, batch: RecordBatch, skip: int) -> tuple[list[tuple], list[str]]:
+        """Journal rows without ids for the batch's records from offset ``skip`` on, and the new
+        metrics refused past the run's limit; touches no state but the in-memory last values."""
+        columns: list[Column] = batch.columns(skip)
         rollouts = []
         notes = []
-        for index, rec in enumerate(recs):
-            if not isinstance(rec, list) or len(rec) not in (4, 5):
-                raise ProtocolError("a record must be [0, step, wall_time, keyset, values] or "
-                                    "[1, step, wall_time, rows]")
-            kind, step, wall_time = rec[:3]
-            if type(step) is not int or not 0 <= step <= INT64_MAX or type(wall_time) is not float:
-                raise ProtocolError(f"record step must be an int >= 0 and wall_time a float, got {step!r}, "
-                                    f"{wall_time!r}")
-            if kind == REC_METRICS and len(rec) == 5:
-                if rec[4]:
-                    metric_recs.append((index, step, wall_time, rec[3], rec[4]))
-            elif kind == REC_ROLLOUTS and len(rec) == 4:
-                rollouts.append((step, wall_time, check_rollouts(rec[3])))
-            elif kind == REC_CHECKPOINT and len(rec) == 4 and isinstance(rec[3], str) and len(rec[3]) <= 4096:
-                notes.append(pack({"event": "checkpoint", "time": wall_time, "cmd": "checkpoint", "cid": None,
-                                     "state": "applied", "step": step, "rank": rank, "applied": {"path": rec[3]},
-                                     "detail": f"checkpoint saved at step {step}: {rec[3]}"}))
+        for _, kind, step, wall_time, payload in batch.others_from(skip):
+            if kind == REC_ROLLOUTS:
+                rollouts.append((step, wall_time, payload))
             else:
-                raise ProtocolError(f"record kind {kind!r} with {len(rec)} fields is not known")
-        return columnize(metric_recs, keysets), rollouts, notes
-
-    def _entries(self, run: str, rank: int, keys: list, recs: list) -> tuple[list[tuple], list[str]]:
-        """Validated journal rows without ids, and the new metrics refused past the run's limit;
-        touches no state but the in-memory last values."""
-        columns, rollouts, notes = self.check_records(rank, keys, recs)
+                notes.append(pack({"event": "checkpoint", "time": wall_time, "cmd": "checkpoint", "cid": None,
+                                   "state": "applied", "step": step, "rank": rank, "applied": {"path": payload},
+                                   "detail": f"checkpoint saved at step {step}: {payload}"}))
         entries: list[tuple] = []
         refused: list[str] = []
         last = self.summaries.get(run)

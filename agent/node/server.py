@@ -46,6 +46,7 @@ from pilothouse.wire.messages import (
     message,
     pack,
 )
+from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer
 from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS
 from pilothouse.wire.urls import check_url, is_loopback
 
@@ -481,10 +482,10 @@ class Agent:
             return
         verdict = self.sessions.speak(*_stream(msg))
         if verdict is not None:
-            self.store.check_records(rank, msg["keys"], msg["recs"])  # a bad batch is refused as such, from anyone
+            self.store.check_batch(msg)  # a bad batch is refused as such, from anyone
             self._not_owner(ident, msg, verdict)
             return
-        result = self.store.ingest(_stream(msg), msg["seq"], msg["floor"], msg["keys"], msg["recs"], now)
+        result = self.store.ingest(_stream(msg), msg["seq"], msg["floor"], msg, now)
         if result.entries:
             self.alerts.on_entries(result.entries)
         self.liveness.heard(run, now)
@@ -564,8 +565,9 @@ class Agent:
         seq = self.store.max_seq.get((run, 0, ""), 0) + 1
         with self._writing():
             try:
-                self.store.ingest((run, 0, ""), seq, seq, [list(values)],
-                                  [[0, seq, time.time(), 0, list(values.values())]], time.time())
+                row = metrics_packer(len(values))(seq, time.time(), *values.values())
+                self.store.ingest((run, 0, ""), seq, seq, encode_batch([(REC_METRICS, tuple(values), row)]),
+                                  time.time())
             except ProtocolError as exc:
                 log.warning("system sample rejected: %s", exc)
             self.alerts.on_sample(values, time.time())

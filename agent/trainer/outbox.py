@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgpack
@@ -30,7 +31,7 @@ from pilothouse.wire.messages import (
     pack,
     unpack,
 )
-from pilothouse.wire.records import REC_METRICS, REC_ROLLOUTS, encode_records
+from pilothouse.wire.records import REC_METRICS, REC_ROLLOUTS, encode_batch, join_batches, metric_points
 
 log = logging.getLogger("pilothouse.outbox")
 
@@ -38,6 +39,12 @@ MAX_RECORDS_PER_BATCH = 4096
 MAX_BATCH_BYTES = MAX_INBOUND_BYTES // 2  # the agent drops a bigger frame; a record never reaches it alone
 MAX_BATCH_CONTAINERS = MAX_INBOUND_CONTAINERS // 2  # the agent refuses more maps and lists in one message
 MAX_INFLIGHT_BYTES = 32 << 20  # sent but not yet acknowledged; the rest waits in the buffer
+# The GIL is the training thread's too: after holding it this long, this thread pauses so the
+# training thread runs on (else that thread waits a GIL switch interval, 5 ms, per resumed slice).
+SLICE_S = 0.0003
+PAUSE_S = 0.0001
+SLICE_RECORDS = 1024  # a batch is encoded in slices of this many records, with a pause between when due
+BACKLOG = 4 * MAX_RECORDS_PER_BATCH  # records queued: past it the pauses stop (keeping up bounds memory)
 
 
 @dataclass
@@ -45,7 +52,7 @@ class Batch:
     seq: int  # first seq
     count: int
     points: int
-    body: bytes  # the packed "keys" and "recs" entries of the message map
+    body: bytes  # the packed batch entries of the message map (see pilothouse.wire.records)
     sent_at: float | None = None
 
     @property
@@ -86,6 +93,8 @@ class Outbox:
         self._batches: collections.deque[Batch] = collections.deque()
         self._next_seq = 1
         self._inflight_bytes = 0
+        self._slice_start = 0.0  # when this thread last took the GIL back (see _pace)
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)  # the I/O thread's, for batches
         self._last_reply = 0.0
         self._finish_seq: int | None = None
         self._finish_sent_at = 0.0
@@ -168,6 +177,7 @@ class Outbox:
         try:
             while not self._stop.is_set():
                 ready = dict(poller.poll(int(self.flush_interval * 1000)))
+                self._slice_start = time.monotonic()  # the GIL is ours again from here
                 if self._wake_r in ready:
                     os.read(self._wake_r, 4096)
                 if sock in ready:
@@ -196,23 +206,23 @@ class Outbox:
 
     def _drain_queue(self) -> None:
         queue = self.queue
+        pop = queue.popleft
         while queue:
             n = min(len(queue), MAX_RECORDS_PER_BATCH)
-            recs = [queue.popleft() for _ in range(n)]
+            recs = [pop() for _ in range(n)]
             try:
-                body = _pack_body(recs)
-                while n > 1 and (len(body) > MAX_BATCH_BYTES or _containers(recs) > MAX_BATCH_CONTAINERS):
+                body, points, containers = _pack_body(recs, self._packer, self._pace)
+                while n > 1 and (len(body) > MAX_BATCH_BYTES or containers > MAX_BATCH_CONTAINERS):
                     # rare: wide records or many rollout rows; put the tail back
                     n //= 2
                     queue.extendleft(reversed(recs[n:]))
                     recs = recs[:n]
-                    body = _pack_body(recs)
+                    body, points, containers = _pack_body(recs, self._packer, self._pace)
             except (TypeError, ValueError, OverflowError) as exc:  # log() checks types; this is a last resort
                 self._error(f"{n} records could not be packed and were dropped: {exc}")
                 self.stats.dropped_records += n
-                self.stats.dropped_points += _points(recs)
+                self.stats.dropped_points += sum(len(r[2]) // 8 - 2 for r in recs if r[0] == REC_METRICS)
                 continue
-            points = _points(recs)
             batch = Batch(self._next_seq, n, points, body)
             self._next_seq += n
             self._batches.append(batch)
@@ -221,10 +231,18 @@ class Outbox:
             st.points += points
             st.buffered_records += n
             st.buffered_bytes += len(batch.body)
+            self._pace()
         while self.stats.buffered_bytes > self.max_buffer_bytes and self._batches:
             self._drop(self._batches.popleft())
         if self._finish_seq == -1 and not self.queue:
             self._finish_seq = self._next_seq - 1
+
+    def _pace(self) -> None:
+        """Between slices of work: pause (the GIL goes to the training thread) once a slice ran long,
+        unless the training thread logs faster than this thread keeps up with when pausing."""
+        if time.monotonic() - self._slice_start > SLICE_S and len(self.queue) < BACKLOG:
+            time.sleep(PAUSE_S)
+            self._slice_start = time.monotonic()
 
     def _drop(self, batch: Batch) -> None:
         st = self.stats
@@ -258,6 +276,7 @@ class Outbox:
                     break
                 b.sent_at = now
                 self._inflight_bytes += len(b.body)
+                self._pace()
         if (self._finish_seq is not None and self._finish_seq >= 0 and not batches
                 and now - self._finish_sent_at > self.resend_after / 4):
             self._finish_sent_at = now
@@ -293,7 +312,7 @@ class Outbox:
     def _send_batch(self, b: Batch) -> bool:
         floor = self._floor()
         head = msgpack.Packer(use_bin_type=True)
-        frame = b"".join((head.pack_map_header(8), head.pack("t"), head.pack("rec"), head.pack("run"),
+        frame = b"".join((head.pack_map_header(10), head.pack("t"), head.pack("rec"), head.pack("run"),
                           head.pack(self.run), head.pack("rank"), head.pack(self.rank), head.pack("session"),
                           head.pack(self.session), head.pack("seq"), head.pack(b.seq), head.pack("floor"),
                           head.pack(floor), b.body))
@@ -372,16 +391,25 @@ class Outbox:
         self.stats.errors += 1  # last: a reader that sees the count also sees the text
 
 
-def _pack_body(recs: list[tuple]) -> bytes:
-    keys, wire = encode_records(recs)
-    packer = msgpack.Packer(use_bin_type=True)
-    return b"".join((packer.pack("keys"), packer.pack(keys), packer.pack("recs"), packer.pack(wire)))
+def _pack_body(recs: list[tuple], packer: msgpack.Packer, pace: Callable[[], None]) -> tuple[bytes, int, int]:
+    """The batch's entries of the message map, its metric points, and the maps and lists the agent
+    will decode (a group and its key set, a record of others, a rollout's rows).
 
-
-def _containers(recs: list[tuple]) -> int:
-    """Maps and lists the agent will decode: a record, its values and key set, plus one per rollout row."""
-    return sum(3 if r[0] == REC_METRICS else 2 + len(r[3]) if r[0] == REC_ROLLOUTS else 1 for r in recs)
-
-
-def _points(recs: list[tuple]) -> int:
-    return sum(len(r[4]) for r in recs if r[0] == REC_METRICS)
+    Encoded in slices with ``pace()`` between them, so the GIL is never held long.  ``packer``
+    (``autoreset=False``) is reused: a fresh one per batch costs a new buffer's page faults."""
+    parts = []
+    for start in range(0, len(recs), SLICE_RECORDS):
+        if start:
+            pace()
+        parts.append(encode_batch(recs[start:start + SLICE_RECORDS]))
+    fields = join_batches(parts)
+    packer.reset()
+    for key, value in fields.items():
+        packer.pack(key)
+        packer.pack(value)
+    body = packer.bytes()
+    others = fields["others"]
+    points = metric_points(fields["metrics"])
+    containers = 3 + len(fields["keys"]) + len(fields["metrics"]) + sum(
+        2 + len(o[4]) if o[1] == REC_ROLLOUTS else 1 for o in others)
+    return body, points, containers

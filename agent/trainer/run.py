@@ -36,7 +36,14 @@ from pilothouse.wire.checks import (
     normal_name,
 )
 from pilothouse.wire.messages import MAX_ERROR_CHARS, MAX_HELLO_BYTES, MAX_INBOUND_BYTES, message, pack
-from pilothouse.wire.records import MAX_METRICS_PER_RUN, REC_CHECKPOINT, REC_METRICS, REC_ROLLOUTS, check_rollouts
+from pilothouse.wire.records import (
+    MAX_METRICS_PER_RUN,
+    REC_CHECKPOINT,
+    REC_METRICS,
+    REC_ROLLOUTS,
+    check_rollouts,
+    metrics_packer,
+)
 from pilothouse.wire.tuning import build_schema
 from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT, check_url
 
@@ -103,7 +110,8 @@ class Run:
         self.config: Mapping[str, Any] = types.MappingProxyType(self._config)
         self._step = -1
         self._records = 0  # appended to the queue; what flush waits for
-        self._known: dict[tuple[str, ...], tuple[str, ...]] = {}  # metric-name sets checked -> their NFC form
+        # metric-name sets checked -> their NFC form and the packer of their values
+        self._known: dict[tuple[str, ...], tuple[tuple[str, ...], Any]] = {}
         self._metric_names: set[str] = set()
         self._closed = False
         self._lock = threading.Lock()
@@ -129,14 +137,15 @@ class Run:
         if type(metrics) is not dict and not isinstance(metrics, Mapping):
             raise TypeError(f"metrics must be a dict of name -> number, got {type(metrics).__name__}")
         names = tuple(metrics)
-        wire_names = self._known.get(names)
-        if wire_names is None:
-            wire_names = self._check_keys(names)
-        values = list(metrics.values())
+        known = self._known.get(names)
+        if known is None:
+            known = self._check_keys(names)
+        values = metrics.values()
         if not _FLOATS.issuperset(map(type, values)):
             values = [_number(k, v) for k, v in zip(names, values)]
         step = self._next_step(step)
-        self._queue.append((REC_METRICS, step, time.time(), wire_names, values))
+        # packed here, while the values are in cache: the I/O thread then only joins bytes
+        self._queue.append((REC_METRICS, known[0], known[1](step, time.time(), *values)))
         self._records += 1
         self._outbox.last_step = step
 
@@ -155,7 +164,7 @@ class Run:
         if size > _MAX_ROLLOUT_BYTES:
             raise ValueError(f"rollouts for step {step} take {size} bytes; log them in several calls "
                              f"(limit {_MAX_ROLLOUT_BYTES} per call, all kept at the step)")
-        self._queue.append((REC_ROLLOUTS, self._next_step(step, advance=False), time.time(), clean))
+        self._queue.append((REC_ROLLOUTS, None, (self._next_step(step, advance=False), time.time(), clean)))
         self._records += 1
 
     def sync(self, step: int | None = None, *, wait: bool = True) -> Control:
@@ -238,7 +247,7 @@ class Run:
         return max(self._step, 0)
 
     def _record_checkpoint(self, path: str, step: int) -> None:
-        self._queue.append((REC_CHECKPOINT, step, time.time(), path))
+        self._queue.append((REC_CHECKPOINT, None, (step, time.time(), path)))
         self._records += 1
 
     def _sync_step(self, step: Any) -> int:
@@ -290,7 +299,7 @@ class Run:
             self._step = step
         return step
 
-    def _check_keys(self, names: tuple) -> tuple[str, ...]:
+    def _check_keys(self, names: tuple) -> tuple[tuple[str, ...], Any]:
         wire_names = tuple(normal_name(key, "metric name") for key in names)
         if len(set(wire_names)) != len(wire_names):
             raise ValueError(f"metric names {sorted(names)!r:.200} name one metric twice once normalized (NFC)")
@@ -300,8 +309,8 @@ class Run:
                              f"the limit is {MAX_METRICS_PER_RUN} (log per-sample values as rollouts, not as "
                              "metric names)")
         self._metric_names.update(added)
-        self._known[names] = wire_names
-        return wire_names
+        known = self._known[names] = (wire_names, metrics_packer(len(wire_names)))
+        return known
 
 
 def _check_hello(hello: dict) -> None:

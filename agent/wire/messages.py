@@ -108,11 +108,10 @@ def _check_rec(msg: dict) -> None:
     _wrap(check_int, seq, "'rec' seq", 1)
     if "floor" not in msg:
         raise ProtocolError("'rec' message needs floor")
-    recs = _need(msg, "recs", list)
-    if not recs:
-        raise ProtocolError("'rec' message has no records")
-    _need(msg, "keys", list)
-    _wrap(check_int, seq + len(recs) - 1, "'rec' last seq", 1)
+    _wrap(check_int, msg.get("n"), "'rec' n (records in the batch)", 1)
+    for key in ("keys", "metrics", "others"):
+        _need(msg, key, list)
+    _wrap(check_int, seq + msg["n"] - 1, "'rec' last seq", 1)
 
 
 def _check_hb(msg: dict) -> None:

@@ -1,54 +1,89 @@
 """Trainer records in a 'rec' message, and how the agent turns a batch of them into columns.
 
-On the wire a batch names each distinct set of metric names once (``keys``) and each
-metrics record carries ``[0, step, wall_time, keyset_index, [values...]]``: the training
-thread does no more than split its dict, and the agent decodes floats, not a string
-per point.  Records with the same key set are converted as one matrix, so the
-agent's Python work is per record, not per point.
+A batch is columnar, so neither side does Python work per value.  ``log`` packs each
+metrics record into bytes as it is called (the values are in cache then; the I/O thread
+only joins bytes), and a batch of ``n`` records (seqs ``seq .. seq+n-1``) goes out as:
+
+- ``keys``: each distinct set of metric names, once;
+- ``metrics``: one group per key set, ``[keyset_index, at, rows]``: ``at`` the records' offsets
+  in the batch (uint32), ``rows`` one row per record of step (int64), wall time and the values
+  (float64), all little-endian;
+- ``others``: rollouts and checkpoints, ``[at, kind, step, wall_time, payload]`` each.
+
+Every offset 0..n-1 appears exactly once, so a record cannot vanish between the trainer's
+seqs and the journal.  Values are bit-exact (NaN, ±Inf, -0.0); an int metric becomes the
+float64 that numpy would make of it.
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from pilothouse.wire.checks import SCALARS, check_name
+from pilothouse.wire.checks import INT64_MAX, SCALARS, check_name
 from pilothouse.wire.messages import ProtocolError
 
-# Records inside a trainer batch: [0, step, wall_time, keyset_index, values] for metrics,
-# [1, step, wall_time, rows] for rollouts; see encode_records.
+# Records in the trainer's queue: (kind, names, payload).  Metrics: their key set and their
+# row as bytes (see metrics_packer); rollouts and checkpoints: names None, (step, wall_time, rows or path).
 REC_METRICS = 0
 REC_ROLLOUTS = 1
-REC_CHECKPOINT = 2  # [2, step, wall_time, path]: a checkpoint the loop saved unasked
+REC_CHECKPOINT = 2  # a checkpoint the loop saved unasked: its path
 
 MAX_ROLLOUT_ROWS = 10_000
+MAX_CHECKPOINT_PATH = 4096
 # Distinct metric names in one run (W&B's advice is the same order): the trainer API refuses the
 # next one, the agent stores none past it and says so; per-sample names are a bug, not a run.
 MAX_METRICS_PER_RUN = 10_000
 
+_AT = np.dtype("<u4")
 
-def encode_records(records: list[tuple]) -> tuple[list[tuple[str, ...]], list[tuple]]:
-    """Trainer-side records -> the ``keys`` table and ``recs`` list of a 'rec' message.
 
-    Metrics records arrive as (0, step, wall_time, names, values) and leave with ``names``
-    replaced by its index in the table, so each name crosses the wire once per batch."""
-    table: dict[tuple[str, ...], int] = {}
-    wire = []
-    for rec in records:
-        if rec[0] == REC_METRICS:
-            index = table.get(rec[3])
-            if index is None:
-                index = table[rec[3]] = len(table)
-            wire.append((REC_METRICS, rec[1], rec[2], index, rec[4]))
+def metrics_packer(count: int) -> Callable[..., bytes]:
+    """``pack(step, wall_time, *values)`` -> one row of a metrics group, for ``count`` values."""
+    return struct.Struct(f"<qd{count}d").pack
+
+
+def encode_batch(records: Sequence[tuple]) -> dict[str, Any]:
+    """Queued records -> the ``n``, ``keys``, ``metrics`` and ``others`` entries of a 'rec' message."""
+    kinds, names, payloads = zip(*records)
+    n = len(records)
+    if kinds.count(REC_METRICS) == n and names.count(names[0]) == n:  # the usual batch: one dict shape
+        return {"n": n, "keys": [names[0]], "metrics": [[0, np.arange(n, dtype=_AT).tobytes(), b"".join(payloads)]],
+                "others": []}
+    groups: dict[tuple[str, ...], list[int]] = {}
+    others = []
+    for i, kind in enumerate(kinds):
+        if kind == REC_METRICS:
+            groups.setdefault(names[i], []).append(i)
         else:
-            wire.append(rec)
-    return list(table), wire
+            others.append([i, kind, *payloads[i]])
+    metrics = [[k, np.array(at, _AT).tobytes(), b"".join([payloads[i] for i in at])]
+               for k, at in enumerate(groups.values())]
+    return {"n": n, "keys": list(groups), "metrics": metrics, "others": others}
 
 
+def join_batches(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Batches encoded one after another -> one batch (the I/O thread encodes a big one in slices)."""
+    if len(parts) == 1:
+        return parts[0]
+    table: dict[tuple[str, ...], int] = {}
+    metrics, others, offset = [], [], 0
+    for part in parts:
+        index = [table.setdefault(tuple(names), len(table)) for names in part["keys"]]
+        for ks, at, rows in part["metrics"]:
+            metrics.append([index[ks], (np.frombuffer(at, _AT) + offset).astype(_AT).tobytes(), rows])
+        others.extend([o[0] + offset, *o[1:]] for o in part["others"])
+        offset += part["n"]
+    return {"n": offset, "keys": list(table), "metrics": metrics, "others": others}
 
-_NUMERIC = frozenset((float, int))
+
+def metric_points(metrics: list[list]) -> int:
+    """Values in a batch's metrics groups (its rows less their step and time)."""
+    return sum(len(rows) // 8 - len(at) // 2 for _, at, rows in metrics)
 
 
 @dataclass
@@ -59,14 +94,47 @@ class Column:
     times: np.ndarray  # float64
 
 
-class _Group:
-    __slots__ = ("idx", "steps", "times", "rows")
+@dataclass
+class Group:
+    """The metrics records of one key set: ``values`` has a row per record, a column per name."""
 
-    def __init__(self) -> None:
-        self.idx: list[int] = []
-        self.steps: list[int] = []
-        self.times: list[float] = []
-        self.rows: list[list] = []
+    names: tuple[str, ...]
+    at: np.ndarray
+    steps: np.ndarray
+    times: np.ndarray
+    values: np.ndarray
+
+
+@dataclass
+class RecordBatch:
+    """A checked batch: ``others`` are (at, kind, step, wall_time, payload) in batch order."""
+
+    n: int
+    groups: list[Group]
+    others: list[tuple[int, int, int, float, Any]]
+
+    def columns(self, skip: int = 0) -> list[Column]:
+        """One column per metric over the records at offsets ``skip`` and later, in record order."""
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+        for g in self.groups:
+            keep = slice(int(np.searchsorted(g.at, skip)), None)  # at is increasing
+            at, steps, times = g.at[keep], g.steps[keep], g.times[keep]
+            if not len(at):
+                continue
+            for j, name in enumerate(g.names):
+                parts.setdefault(name, []).append((at, steps, g.values[keep, j], times))
+        columns = []
+        for metric, pieces in parts.items():
+            if len(pieces) == 1:
+                _, steps, vals, times = pieces[0]
+            else:  # the metric appeared with different companions: restore record order
+                order = np.argsort(np.concatenate([p[0] for p in pieces]), kind="stable")
+                steps, vals, times = (np.concatenate([p[i] for p in pieces])[order] for i in (1, 2, 3))
+            columns.append(Column(metric, steps.astype(np.int64), vals.astype(np.float64), times.astype(np.float64)))
+        return columns
+
+    def others_from(self, skip: int = 0) -> list[tuple[int, int, int, float, Any]]:
+        return [o for o in self.others if o[0] >= skip]
 
 
 def check_keysets(keysets: Any, known: set[str]) -> list[tuple[str, ...]]:
@@ -75,7 +143,7 @@ def check_keysets(keysets: Any, known: set[str]) -> list[tuple[str, ...]]:
         raise ProtocolError("'rec' keys must be a list of lists of metric names")
     out = []
     for names in keysets:
-        if not isinstance(names, list) or len(set(names)) != len(names):
+        if not isinstance(names, (list, tuple)) or len(set(names)) != len(names):  # tuples: the agent's own
             raise ProtocolError("each 'rec' key set must be a list of distinct metric names")
         for name in names:
             if name not in known:
@@ -88,54 +156,62 @@ def check_keysets(keysets: Any, known: set[str]) -> list[tuple[str, ...]]:
     return out
 
 
-def columnize(records: list[tuple[int, int, float, int, list]], keysets: list[tuple[str, ...]]) -> list[Column]:
-    """records: (index, step, wall_time, keyset_index, values).
+def check_batch(n: Any, keys: Any, metrics: Any, others: Any, known: set[str]) -> RecordBatch:
+    """A 'rec' batch checked in full (ProtocolError saying what is wrong); arrays are views of the frame."""
+    if type(n) is not int or n < 1:
+        raise ProtocolError(f"'rec' n must be an int >= 1, got {n!r}")
+    keysets = check_keysets(keys, known)
+    if not isinstance(metrics, list) or not isinstance(others, list):
+        raise ProtocolError("'rec' metrics and others must be lists")
+    groups = [_check_group(i, g, keysets) for i, g in enumerate(metrics)]
+    rest = [_check_other(o) for o in others]
+    if sum(len(g.at) for g in groups) + len(rest) != n:
+        raise ProtocolError(f"'rec' batch of {n} records holds {sum(len(g.at) for g in groups) + len(rest)}")
+    offsets = np.concatenate([g.at for g in groups] + [np.array([o[0] for o in rest], np.int64)])
+    if int(offsets.max()) >= n or len(np.unique(offsets)) != n:
+        raise ProtocolError(f"'rec' records must be numbered 0..{n - 1}, each once")
+    if any(a[0] >= b[0] for a, b in zip(rest, rest[1:])):
+        raise ProtocolError("'rec' others must be in batch order")
+    return RecordBatch(n, groups, rest)
 
-    Raises ProtocolError, naming the metric, for a non-numeric value or a malformed
-    record; nothing is returned in that case, so a bad batch changes nothing.
-    """
-    groups: dict[int, _Group] = {}
-    for index, step, wall_time, ks, values in records:
-        if type(ks) is not int or not 0 <= ks < len(keysets) or type(values) is not list \
-                or len(values) != len(keysets[ks]):
-            raise ProtocolError(f"metrics record at step {step} does not match its key set")
-        if not _NUMERIC.issuperset(map(type, values)):
-            bad = next(i for i, v in enumerate(values) if type(v) not in _NUMERIC)
-            raise ProtocolError(f"metric {keysets[ks][bad]!r} at step {step} is {type(values[bad]).__name__}, "
-                                "not a number")
-        group = groups.get(ks)
-        if group is None:
-            group = groups[ks] = _Group()
-        group.idx.append(index)
-        group.steps.append(step)
-        group.times.append(wall_time)
-        group.rows.append(values)
 
-    parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
-    for ks, group in groups.items():
-        keys = keysets[ks]
-        try:
-            matrix = np.array(group.rows, dtype=np.float64).reshape(len(group.rows), len(keys))
-        except OverflowError:
-            raise ProtocolError("metric value does not fit in a float64") from None
-        idx = np.array(group.idx, dtype=np.int64)
-        steps = np.array(group.steps, dtype=np.int64)
-        times = np.array(group.times, dtype=np.float64)
-        for j, key in enumerate(keys):
-            parts.setdefault(key, []).append((idx, steps, matrix[:, j], times))
+def _check_group(i: int, group: Any, keysets: list[tuple[str, ...]]) -> Group:
+    if not isinstance(group, list) or len(group) != 3 or type(group[0]) is not int \
+            or type(group[1]) is not bytes or type(group[2]) is not bytes:
+        raise ProtocolError(f"'rec' metrics group {i} must be [keyset, at, rows] (an int and two bytes)")
+    ks, at, rows = group
+    if not 0 <= ks < len(keysets):
+        raise ProtocolError(f"'rec' metrics group {i} names key set {ks}, the table has {len(keysets)}")
+    m, width = len(at) // 4, 2 + len(keysets[ks])
+    if m == 0 or len(at) != 4 * m or len(rows) != 8 * width * m:
+        raise ProtocolError(f"'rec' metrics group {i}: {len(at)} bytes of offsets and {len(rows)} of rows do not "
+                            f"hold records of step, time and {width - 2} metrics")
+    floats = np.frombuffer(rows, "<f8").reshape(m, width)
+    g = Group(keysets[ks], np.frombuffer(at, _AT), np.frombuffer(rows, "<i8").reshape(m, width)[:, 0],
+              floats[:, 1], floats[:, 2:])
+    if m > 1 and not (np.diff(g.at.astype(np.int64)) > 0).all():
+        raise ProtocolError(f"'rec' metrics group {i}: record offsets must increase")
+    if (g.steps < 0).any():
+        raise ProtocolError(f"record step must be an int >= 0, got {int(g.steps.min())}")
+    return g
 
-    columns = []
-    for metric, pieces in parts.items():
-        if len(pieces) == 1:
-            _, steps, vals, times = pieces[0]
-        else:  # the metric appeared with different companions: restore record order
-            idx = np.concatenate([p[0] for p in pieces])
-            order = np.argsort(idx, kind="stable")
-            steps = np.concatenate([p[1] for p in pieces])[order]
-            vals = np.concatenate([p[2] for p in pieces])[order]
-            times = np.concatenate([p[3] for p in pieces])[order]
-        columns.append(Column(metric, steps, np.ascontiguousarray(vals), times))
-    return columns
+
+def _check_other(rec: Any) -> tuple[int, int, int, float, Any]:
+    if not isinstance(rec, list) or len(rec) != 5:
+        raise ProtocolError("a record in 'others' must be [at, kind, step, wall_time, payload]")
+    at, kind, step, wall_time, payload = rec
+    if type(at) is not int or at < 0:
+        raise ProtocolError(f"record offset must be an int >= 0, got {at!r}")
+    if type(step) is not int or not 0 <= step <= INT64_MAX or type(wall_time) is not float:
+        raise ProtocolError(f"record step must be an int >= 0 and wall_time a float, got {step!r}, {wall_time!r}")
+    if kind == REC_ROLLOUTS:
+        check_rollouts(payload)
+    elif kind == REC_CHECKPOINT:
+        if not isinstance(payload, str) or len(payload) > MAX_CHECKPOINT_PATH:
+            raise ProtocolError(f"a checkpoint path must be a string of at most {MAX_CHECKPOINT_PATH} characters")
+    else:
+        raise ProtocolError(f"record kind {kind!r} is not known (1: rollouts, 2: checkpoint)")
+    return at, kind, step, wall_time, payload
 
 
 def check_rollouts(rows: Any) -> list[dict]:
