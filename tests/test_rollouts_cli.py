@@ -6,8 +6,10 @@ step), so its cost never grows with the run: the last tests count its SQL statem
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import random
 import re
 import time
 
@@ -18,7 +20,7 @@ from conftest import run_cli as cli
 from pilothouse.client import AgentError
 from pilothouse.node.journal import Store
 from pilothouse.wire.entries import entry_body
-from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS, ROLLOUT_PAGE_BYTES
+from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS, ROLLOUT_PAGE_BYTES, pack_batch
 
 TRAINER = """
 import json
@@ -251,11 +253,12 @@ def test_the_agent_query_checks_its_arguments(agent, args, why):
 # --- a step larger than a reply page ---------------------------------------------------------------
 
 def test_a_step_larger_than_a_page_arrives_whole(agent, tmp_path):
-    """Three calls of ~3 MiB at one step: the agent answers in pages below MAX_MESSAGE_BYTES and the
-    client asks for the rest, so the CLI shows every row."""
-    big = [[{"prompt": f"p{call}-{i}", "completion": "x" * 300_000, "reward": float(i)} for i in range(10)]
-           for call in range(3)]
-    assert sum(len(json.dumps(b)) for b in big) > ROLLOUT_PAGE_BYTES
+    """Four calls of ~3 MiB at one step: the agent answers in pages below MAX_MESSAGE_BYTES and the
+    client asks for the rest, so the CLI shows every row.  Random text, so it stays large compressed."""
+    noise = random.Random(7)
+    big = [[{"prompt": f"p{call}-{i}", "completion": base64.b64encode(noise.randbytes(225_000)).decode(),
+             "reward": float(i)} for i in range(10)] for call in range(4)]
+    assert sum(len(pack_batch(2, 0.0, b)) for b in big) > ROLLOUT_PAGE_BYTES
     run_trainer(tmp_path, agent.url, "big", [(1, big[:1]), (2, big)])
     with agent.client() as client:
         first = client.request("rollouts", run="big", last=2)
@@ -266,7 +269,7 @@ def test_a_step_larger_than_a_page_arrives_whole(agent, tmp_path):
     assert [s["step"] for s in steps] == [1, 2]
     assert same(steps[1]["rows"], [row for batch in big for row in batch])
     r = rollouts(agent, "big", "--step", "2", "--sort", "-reward", "--limit", "2", env={"COLUMNS": "80"})
-    assert headers(r.stdout) == ["== run big step 2: 30 rows, mean reward 4.5"]
+    assert headers(r.stdout) == ["== run big step 2: 40 rows, mean reward 4.5"]
     assert re.findall(r"^\s+prompt\s+(\S+)", r.stdout, re.M) == ["p0-9", "p1-9"]
     assert max(map(len, r.stdout.splitlines())) <= 80
 

@@ -40,6 +40,8 @@ def sync(store: LocalStore, url: str, after: int = 0) -> list:
     with Client(url) as client:
         for page in client.history(after=after):
             store.write_page(url, page.entries, page.cursor)
+            while store.index_rollouts():
+                pass
             entries.extend(page.entries)
         store.put_runs(url, client.runs())
     return entries
@@ -75,8 +77,8 @@ def test_steps_search_filter_sort_and_live_rollouts(panel, agent_proc, tmp_path)
     panel.table.selectRow(0)
     assert LONG.strip() in panel.detail.toPlainText()  # ... in full below
 
-    panel.search.setText("COLOUR")  # searches every step
-    assert [panel.model.lines[i][0] for i in range(panel.model.rowCount())] == [0, 10, 20, 30, 40]
+    panel.search.setText("COLOUR")  # searches every step, newest first
+    assert [panel.model.lines[i][0] for i in range(panel.model.rowCount())] == [40, 30, 20, 10, 0]
     assert not panel.slider.isEnabled()
     panel.search.setText("")
     panel.reward_min.setText("0.5")
@@ -93,13 +95,13 @@ def test_steps_search_filter_sort_and_live_rollouts(panel, agent_proc, tmp_path)
     reading = panel.detail.toPlainText()
     panel.add_entries(agent_proc.url, history)  # entries the panel read from the store: ignored
     panel.add_entries(agent_proc.url, sync(store, agent_proc.url, after=cursor))
-    store.close()
     assert panel.steps() == [0, 10, 20, 30, 40, 50, 60]
     assert panel.current_step() == 20  # the user is not at the latest step: no jump ...
     assert reading and panel.detail.toPlainText() == reading  # ... nor a lost selection
     panel.set_step(60)
     panel.order.setCurrentIndex(0)
     assert completions(panel) == ["new"]  # once, not twice
+    store.close()
 
 
 def test_two_runs_side_by_side_pair_by_prompt(panel, agent_proc, tmp_path):
@@ -111,7 +113,6 @@ def test_two_runs_side_by_side_pair_by_prompt(panel, agent_proc, tmp_path):
     sync(store, agent_proc.url)
     keys = [(agent_proc.url, a.id), (agent_proc.url, b.id)]
     panel.show_runs(keys, store, {keys[0]: 0, keys[1]: 1})
-    store.close()
 
     assert panel.model.headers() == ["step", "prompt", "completion · base", "reward · base",
                                      "completion · tuned", "reward · tuned"]  # by name, not by id
@@ -124,8 +125,9 @@ def test_two_runs_side_by_side_pair_by_prompt(panel, agent_proc, tmp_path):
         assert cells[2].startswith(f"old {i} at 2") and cells[4].startswith(f"new {i} at 2")
     assert panel.model.cells(3)[1:] == ["only in b", "", "", "x", "0"]
     panel.search.setText("capital")
-    assert [panel.model.lines[i][0] for i in range(panel.model.rowCount())] == [0, 1, 2]
-    panel.table.selectRow(0)
+    assert [panel.model.lines[i][0] for i in range(panel.model.rowCount())] == [2, 1, 0]
+    panel.table.selectRow(2)
     detail = panel.detail.toPlainText()
     assert "Capital of France" in detail and "old 2 at 0" in detail and "new 2 at 0" in detail
     assert "COMPLETION · base" in detail and "COMPLETION · tuned" in detail
+    store.close()
