@@ -250,6 +250,56 @@ def test_the_agent_query_checks_its_arguments(agent, args, why):
         assert client.ping()["version"]  # and goes on answering
 
 
+# --- search -------------------------------------------------------------------------------------------
+
+def words_of(row: dict) -> set[str]:
+    return set(re.findall(r"\w+", (row["prompt"] + " " + row["completion"]).lower()))
+
+
+def newest_first() -> list[tuple[int, dict]]:
+    """Every row of PLAN as the journal holds them, newest first (the last row of the last batch first)."""
+    return [(step, row) for step, batches in reversed(PLAN) for rows in reversed(batches) for row in reversed(rows)]
+
+
+@pytest.mark.parametrize("words", ["question 3", "QUESTION 3 briefly", "question OR nothing", '"what is 4"'])
+def test_search_finds_rows_of_every_step_newest_first_exactly_as_logged(agent, words):
+    r = rollouts(agent, "grpo", "--search", words, "--json")
+    assert r.returncode == 0, r.stderr
+    hits = json_steps(r.stdout)
+    terms = set(re.findall(r"\w+", words.lower()))
+    want = [(s, row) for s, row in newest_first() if terms <= words_of(row)
+            and (not words.startswith('"') or words.strip('"') in row["prompt"])]
+    assert [(h["step"], h["rollout"]["prompt"]) for h in hits] == [(s, row["prompt"]) for s, row in want]
+    assert same([h["rollout"] for h in hits], [row for _, row in want])  # NaN, every digit, every field
+    assert all(h["run"] == "grpo" for h in hits)
+
+
+def test_search_pages_through_the_agent_and_shows_text_like_a_step(agent):
+    every = [(s, row) for s, row in newest_first() if "question" in words_of(row)]
+    with agent.client() as client:
+        page = client.request("rollouts", run="grpo", search="question", limit=7)
+        assert len(page["hits"]) == 7 and page["next"] is not None
+        hits, indexing = client.search_rollouts("grpo", "question", limit=len(every) + 5)  # several pages
+    assert [h["rollout"]["prompt"] for h in hits] == [row["prompt"] for _, row in every] and not indexing
+    r = rollouts(agent, "grpo", "--search", "question", "--limit", "2", env={"COLUMNS": "100"})
+    assert r.returncode == 0, r.stderr
+    assert headers(r.stdout) == ["== run grpo: 2 rows (the newest: use --limit) holding 'question'"]
+    assert re.findall(r"^\[step (\d+) row (\d+)\]", r.stdout, re.M) == [("50", "29"), ("50", "28")]
+
+
+@pytest.mark.parametrize("words, reason", [('"open', "unclosed quote"), ("++ --", "letter or a digit"),
+                                           ("", "at least one word")])
+def test_a_search_that_cannot_be_run_is_refused_plainly(agent, words, reason):
+    r = rollouts(agent, "grpo", "--search", words)
+    assert r.returncode == 2 and reason in r.stderr and "Traceback" not in r.stderr
+    with agent.client() as client, pytest.raises(AgentError, match=reason):
+        client.request("rollouts", run="grpo", search=words)
+    with agent.client() as client, pytest.raises(AgentError, match="not step"):
+        client.request("rollouts", run="grpo", search="x", step=1)
+    r = rollouts(agent, "grpo", "--search", "x", "--step", "1")
+    assert r.returncode == 2 and "not allowed with" in r.stderr
+
+
 # --- a step larger than a reply page ---------------------------------------------------------------
 
 def test_a_step_larger_than_a_page_arrives_whole(agent, tmp_path):

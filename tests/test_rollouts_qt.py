@@ -14,9 +14,10 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt
 
 from pilothouse.client import Client
-from pilothouse.gui._qt.rollouts import CELL_CHARS, RolloutsPanel
+from pilothouse.gui._qt.rollouts import CELL_CHARS, SEARCH_PAGE, RolloutsPanel
 from pilothouse.gui.local_store import LocalStore
-from pilothouse.wire.entries import KIND_ROLLOUTS
+from pilothouse.wire.entries import KIND_ROLLOUTS, Entry
+from pilothouse.wire.rollouts import pack_batch
 
 PROMPTS = ("What is 2+2?", "Name a colour", "Capital of France")
 LONG = "because " * 100  # longer than a table cell
@@ -130,4 +131,39 @@ def test_two_runs_side_by_side_pair_by_prompt(panel, agent_proc, tmp_path):
     detail = panel.detail.toPlainText()
     assert "Capital of France" in detail and "old 2 at 0" in detail and "new 2 at 0" in detail
     assert "COMPLETION · base" in detail and "COMPLETION · tuned" in detail
+    store.close()
+
+
+def test_the_panel_reads_one_step_and_one_search_page_never_the_whole_run(panel, qtbot, tmp_path):
+    url = "tcp://127.0.0.1:7001"
+    store = LocalStore(tmp_path / "app.sqlite")
+    entries = [Entry(step + 1, "big", KIND_ROLLOUTS, None, 0, 3, None, None, None,
+                     pack_batch(step, 1.0, [{"prompt": f"q{i} of step {step}", "completion": f"answer {i}",
+                                             "reward": float(i)} for i in range(3)])) for step in range(100)]
+    store.write_page(url, entries, len(entries))
+    while store.index_rollouts():
+        pass
+    read: list[str] = []
+    store.db.conn.set_trace_callback(read.append)
+    panel.show_runs([(url, "big")], store)
+    bodies = [sql for sql in read if "SELECT body" in sql]
+    assert panel.steps() == list(range(100)) and completions(panel) == ["answer 0", "answer 1", "answer 2"]
+    assert len(bodies) == 1 and "step=99" in bodies[0].replace(" ", "")  # the step shown, nothing else
+
+    read.clear()
+    panel.search.setText("answer")  # 300 matches: the newest page, then the next on request
+    assert panel.model.rowCount() == SEARCH_PAGE and panel.model.lines[0][0] == 99 and panel.more.isVisible()
+    assert sum(sql.count("SELECT body") for sql in read) <= SEARCH_PAGE // 3 + 1  # the hit batches only
+    qtbot.mouseClick(panel.more, Qt.LeftButton)
+    assert panel.model.rowCount() == 300 and panel.model.lines[-1][0] == 0 and not panel.more.isVisible()
+    panel.reward_min.setText("2")  # filters what is loaded, no new search
+    assert panel.model.rowCount() == 100
+
+    panel.search.setText('"unclosed')  # FTS5 syntax is not run: said in the box, nothing shown
+    assert panel.model.rowCount() == 0 and "unclosed quote" in panel.search.toolTip()
+    panel.search.setText("q1 OR q2")  # operators are words: no row holds "or"
+    assert panel.model.rowCount() == 0
+    panel.search.setText("")
+    assert panel.search.toolTip() == "" and panel.current_step() == 99
+    store.db.conn.set_trace_callback(None)
     store.close()
