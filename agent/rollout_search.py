@@ -7,7 +7,7 @@ body) and the prompts and completions in ``rollout_text``, a contentless FTS5 in
 stored once, compressed; the index holds only terms).  An FTS rowid is ``batch key << ROW_BITS |
 row``: a hit names its batch and row, and newest first is ``ORDER BY rowid DESC``.
 
-Indexing costs about 100 µs per rollout of 2 KB (20x compressing it), so it never runs inside the
+Indexing costs about 100 µs per rollout of 2 KB (7x compressing it), so it never runs inside the
 transaction that stores a batch: a trigger queues each new batch in ``rollout_queue`` and
 ``index_some`` indexes queued batches in bounded slices, between the agent's turns or after an app
 link's page.  SQLite 3.40's contentless tables forget a row only through FTS5's 'delete' command

