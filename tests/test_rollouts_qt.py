@@ -68,6 +68,7 @@ def test_steps_search_filter_sort_and_live_rollouts(panel, agent_proc, tmp_path)
     assert len([e for e in history if e.kind == KIND_ROLLOUTS]) == 5
     panel.show_runs([(agent_proc.url, run.id)], store)
     assert panel.steps() == [0, 10, 20, 30, 40] and panel.current_step() == 40  # opens on the latest
+    assert panel.step_info.text() == "3 rows, mean reward 0.5"  # from the store's step list
 
     panel.set_step(20)
     assert [c.split(" ")[3] for c in completions(panel)] == ["20"] * 3  # that step's rows
@@ -120,6 +121,7 @@ def test_two_runs_side_by_side_pair_by_prompt(panel, agent_proc, tmp_path):
     icons = [panel.model.headerData(c, Qt.Horizontal, Qt.DecorationRole) for c in range(6)]
     assert icons[:2] == [None, None] and all(i is not None and not i.isNull() for i in icons[2:])
     assert panel.current_step() == 2
+    assert panel.step_info.text() == "base: 3 rows, mean reward 0.5 · tuned: 4 rows, mean reward 0.375"
     for i, prompt in enumerate(PROMPTS):
         cells = panel.model.cells(i)
         assert cells[1] == prompt

@@ -125,6 +125,7 @@ class RolloutsPanel(QWidget):
         self.slider.valueChanged.connect(self._on_slider)
         self.step_box = QSpinBox(minimum=0, maximum=0, keyboardTracking=False, toolTip="step")
         self.step_box.valueChanged.connect(self._on_step_box)
+        self.step_info = QLabel()  # the shown step's rows and mean reward per run, from the store's step list
         self.search = QLineEdit(placeholderText="search prompts and completions (all steps)…", clearButtonEnabled=True)
         self.reward_min = QLineEdit(placeholderText="min reward", validator=QDoubleValidator(), maximumWidth=90)
         self.reward_max = QLineEdit(placeholderText="max reward", validator=QDoubleValidator(), maximumWidth=90)
@@ -153,6 +154,7 @@ class RolloutsPanel(QWidget):
         steps.addWidget(QLabel("step"))
         steps.addWidget(self.slider)
         steps.addWidget(self.step_box)
+        steps.addWidget(self.step_info)
         filters = QHBoxLayout()
         filters.addWidget(self.search, 1)
         filters.addWidget(self.reward_min)
@@ -290,6 +292,21 @@ class RolloutsPanel(QWidget):
     def _rows(self, key: RunKey, step: int) -> list[Row]:
         return self.store.rollout_rows(*key, step) if self.store is not None else []
 
+    def _step_text(self, step: int | None) -> str:
+        """Per shown run: the step's rows and mean reward (``—`` where the run has none there)."""
+        parts = []
+        if step is None:
+            return ""
+        for key in self.keys:
+            listing = self.step_rows.get(key, [])
+            i = bisect.bisect_left(listing, (step,))  # the listing is in step order
+            what = "—"
+            if i < len(listing) and listing[i][0] == step:
+                _, n, mean = listing[i]
+                what = f"{n} rows" + (f", mean reward {mean:.4g}" if mean is not None else "")
+            parts.append(f"{self.labels.get(key, '')}: {what}" if len(self.keys) == 2 else what)
+        return " · ".join(parts)
+
     def _show_lines(self, *_: object) -> None:
         query = self.query()
         step = self.current_step()
@@ -308,6 +325,7 @@ class RolloutsPanel(QWidget):
         elif step is not None and self.keys:
             lines = [(step, (row, None)) for row in query.rows(self._rows(self.keys[0], step))]
         self.more.setVisible(any(v is not None for v in self._next.values()))
+        self.step_info.setText(f"{len(lines)} matches loaded" if self.words() else self._step_text(step))
         self.model.set_lines(lines, [self.labels[k] for k in self.keys], [self.slots.get(k) for k in self.keys])
         header = self.table.horizontalHeader()
         for column, name in enumerate(self.model.headers()):  # text gets the width, numbers what they need
