@@ -24,7 +24,8 @@ from pilothouse.security import HANDSHAKE_FAILED, Keyring, SecurityError, client
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_METRIC, KIND_ROLLOUTS, Entry, Page, check_page, join_chunks
 from pilothouse.wire.messages import ACK_STATES, MAX_MESSAGE_BYTES, ProtocolError, message, pack, unpack
-from pilothouse.wire.rollouts import check_batch
+from pilothouse.wire.records import check_rollouts
+from pilothouse.wire.rollouts import MAX_SEARCH_HITS, unpack_batch
 from pilothouse.wire.urls import DEFAULT_URL, check_url
 
 
@@ -201,11 +202,35 @@ class Client:
             args = {**more, "run": run}
         steps: dict[int, dict] = {}
         for e in sorted(entries, key=lambda e: e.id):
-            body = check_batch(unpack(e.body))
+            body = unpack_batch(e.body)
             batch = steps.setdefault(body["step"], {"step": body["step"], "time": body["time"], "rows": []})
             batch["time"] = max(batch["time"], body["time"])
             batch["rows"].extend(body["rows"])
         return [steps[s] for s in sorted(steps)]
+
+    def search_rollouts(self, run: str, words: str, limit: int = 100) -> tuple[list[dict], bool]:
+        """Up to ``limit`` rows of ``run`` whose prompt or completion holds ``words`` (every word; a
+        ``"quoted phrase"`` as one; ``word*`` a prefix), newest first, each ``{"step", "row", "rollout"}``
+        (``row``: its place in the step's batch); and whether the agent still had batches to index (not
+        searched yet).  Pages until ``limit``; words it cannot search are an AgentError."""
+        hits: list[dict] = []
+        indexing = False
+        args: dict[str, Any] = {"run": run, "search": words}
+        ceiling = INT64_MAX  # each page lies below the last: a broken agent cannot make this loop forever
+        while len(hits) < limit:
+            data = self.request("rollouts", **args, limit=min(limit - len(hits), MAX_SEARCH_HITS))
+            page = data.get("hits") if isinstance(data, dict) else None
+            more = data.get("next") if isinstance(data, dict) else None
+            if not isinstance(page, list) or not all(_hit(h) for h in page) or not (
+                    more is None or type(more) is int and 0 < more < ceiling):
+                raise ProtocolError("the agent's rollout search answer is malformed")
+            hits.extend({"step": h[0], "row": h[1], "rollout": h[3]} for h in page)
+            indexing = data.get("indexing") is True
+            if more is None or not page:
+                break
+            ceiling = more
+            args["before"] = more
+        return hits, indexing
 
     def command(self, run: str, cmd: str, values: dict[str, Any] | None = None, at_step: int | None = None,
                 wait: float = 30.0, who: dict[str, str] | None = None) -> dict:
@@ -331,3 +356,14 @@ def reachable(url: str, timeout: float = 0.3) -> bool:
             return True
         except AgentUnavailable:
             return False
+
+
+def _hit(hit: Any) -> bool:
+    """A search hit as the agent sends it: [step, row, entry id, the row]."""
+    if not (isinstance(hit, list) and len(hit) == 4 and all(type(v) is int and v >= 0 for v in hit[:3])):
+        return False
+    try:
+        check_rollouts([hit[3]])
+    except ProtocolError:
+        return False
+    return True

@@ -1,4 +1,4 @@
-"""Run every benchmark with its defaults, one after the other (about ten minutes in all).
+"""Run every benchmark with its defaults, one after the other (about twenty minutes in all).
 
     python benchmarks/run_all.py
 """
@@ -11,6 +11,7 @@ import bench_chart
 import bench_hostile
 import bench_load
 import bench_log
+import bench_rollouts
 import bench_store
 import bench_sync
 import bench_throughput
@@ -20,7 +21,7 @@ def main() -> bool:
     """True if every benchmark's own check (delivery, zero loss) passed."""
     ok = True
     for bench in (bench_log, bench_throughput, bench_store, bench_sync, bench_chart, bench_app, bench_load,
-                  bench_alerts, bench_hostile):
+                  bench_alerts, bench_hostile, bench_rollouts):
         print(f"\n=== {bench.__name__} ===\n", flush=True)
         ok = bench.passed(bench.main([])) and ok
     return ok

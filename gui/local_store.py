@@ -20,6 +20,10 @@ for it are dropped by triggers, so a run the agent still serves never comes back
 a hole in its history.  ``remove_agent(url, keep_data=False)`` forgets the marks of that
 agent too: re-added, it is fetched again from its start, removed runs included.
 
+Rollouts: bodies stay the zstd frames the agent sent; a step's rows, a run's steps and a search
+over all of a run's text go through ``rollout_search`` (an FTS5 index), so nothing reads a whole
+run's text.  A link indexes what it wrote in short transactions of its own (``index_rollouts``).
+
 A ``LocalStore`` wraps one SQLite connection, which belongs to the thread that opened it:
 every network link opens its own, the UI thread another.
 """
@@ -38,6 +42,7 @@ import numpy as np
 import platformdirs
 
 from pilothouse.db import open_db, transaction
+from pilothouse.rollout_search import Hit, RolloutSearch
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks, unpack_blob
 from pilothouse.wire.messages import pack
@@ -56,6 +61,7 @@ BATCH_SECONDS = 0.01
 BATCH_ROWS = 5000
 FIRST_BATCH = 64
 BATCH_PAUSE = 0.02
+INDEX_TEXT_BYTES = 256 * 1024  # rollout text one indexing transaction takes: about 12 ms
 # An entry's share of the file: its blobs and names plus about what SQLite spends per row in
 # the table and its two indexes.
 _ENTRY_BYTES = ("COALESCE(length(NEW.steps), 0) + COALESCE(length(NEW.vals), 0) + COALESCE(length(NEW.times), 0)"
@@ -121,6 +127,7 @@ class LocalStore:
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else default_path()
         self.db = open_db(self.path)
+        self.rollout_search = RolloutSearch(self.db, "entries", "rowid", ("agent", "run"))
         self._create_tables()
 
     def _create_tables(self) -> None:
@@ -146,6 +153,7 @@ class LocalStore:
                 db.execute(f"INSERT INTO run_bytes SELECT agent, run, SUM({size}) FROM entries GROUP BY agent, run")
             for trigger in _TRIGGERS:
                 db.execute(trigger)
+            self.rollout_search.create()
 
     def close(self) -> None:
         self.db.conn.close()
@@ -165,6 +173,8 @@ class LocalStore:
             self.db.execute("UPDATE agents SET remembered=0 WHERE url=?", [url])
             return
         with transaction(self.db):
+            self.rollout_search.unindex([k for (k,) in self.db.execute(
+                "SELECT rowid FROM entries WHERE agent=? AND kind=?", [url, KIND_ROLLOUTS])])
             for table in ("entries", "runs", "run_bytes", "removed_runs"):
                 self.db.execute(f"DELETE FROM {table} WHERE agent=?", [url])
             self.db.execute("DELETE FROM agents WHERE url=?", [url])
@@ -184,7 +194,7 @@ class LocalStore:
             if old == journal:
                 return False
             if old:
-                for table in ("entries", "runs", "run_bytes", "removed_runs"):
+                for table in ("entries", "runs", "run_bytes", "removed_runs", "rollout_batches"):
                     self.db.execute(f"UPDATE {table} SET agent=? WHERE agent=?", [f"{url}#{old[:8]}", url])
                 self.db.execute("UPDATE agents SET journal=?, cursor=0 WHERE url=?", [journal, url])
                 return True
@@ -209,6 +219,13 @@ class LocalStore:
             self.db.execute("INSERT INTO agents (url, added, cursor, remembered) VALUES (?, ?, ?, 0) "
                             "ON CONFLICT(url) DO UPDATE SET cursor=MAX(cursor, excluded.cursor)",
                             [url, time.time(), cursor])
+
+    def index_rollouts(self, text_bytes: int = INDEX_TEXT_BYTES) -> bool:
+        """One transaction of rollout indexing (about ``text_bytes`` of text); whether more is queued.
+        A link calls it after each page, so a page's transaction stays short and its steps and text
+        become searchable a slice at a time."""
+        with transaction(self.db):
+            return self.rollout_search.index_some(text_bytes)
 
     def put_runs(self, url: str, runs: Iterable[dict]) -> None:
         """Upsert the run dicts ``Client.runs()`` returned by this agent."""
@@ -270,15 +287,22 @@ class LocalStore:
 
     def events(self, agent: str, run: str) -> list[dict]:
         """Status changes, commands, checkpoints and losses, oldest first."""
-        return self._bodies(agent, run, KIND_EVENT)
-
-    def rollouts(self, agent: str, run: str) -> list[dict]:
-        """Rollout batches ({step, time, rows}), oldest first."""
-        return self._bodies(agent, run, KIND_ROLLOUTS)
-
-    def _bodies(self, agent: str, run: str, kind: str) -> list[dict]:
         return [unpack_blob(b) for (b,) in self.db.execute(
-            "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? ORDER BY id", [agent, run, kind])]
+            "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? ORDER BY id", [agent, run, KIND_EVENT])]
+
+    def rollout_steps(self, agent: str, run: str) -> list[tuple[int, int, float | None]]:
+        """(step, rows, mean reward or None) of each step with rollouts indexed, oldest first; no text read."""
+        return self.rollout_search.steps((agent, run))
+
+    def rollout_rows(self, agent: str, run: str, step: int) -> list[dict]:
+        """One step's rows, its batches joined in arrival order: only that step's bodies are read."""
+        return self.rollout_search.rows((agent, run), step)
+
+    def search_rollouts(self, agent: str, run: str, words: str, before: int | None = None,
+                        limit: int = 200) -> tuple[list[Hit], int | None]:
+        """A page of the run's rows holding ``words``, newest first, and the ``before`` of the next page
+        (see ``RolloutSearch.search``); ValueError for words that cannot be searched."""
+        return self.rollout_search.search((agent, run), words, before, limit)
 
     # --- retention: sizes, removal, clean-up ---------------------------------------------
 
@@ -353,8 +377,11 @@ class LocalStore:
         while True:
             started = time.perf_counter()
             with transaction(self.db):
-                gone = self.db.execute("DELETE FROM entries WHERE rowid IN (SELECT rowid FROM entries "
-                                       "WHERE agent=? AND run=? LIMIT ?)", [*key, rows]).rowcount
+                doomed = self.db.execute("SELECT rowid, kind FROM entries WHERE agent=? AND run=? LIMIT ?",
+                                         [*key, rows]).fetchall()
+                self.rollout_search.unindex([k for k, kind in doomed if kind == KIND_ROLLOUTS])
+                gone = self.db.execute(f"DELETE FROM entries WHERE rowid IN ({','.join('?' * len(doomed))})",
+                                       [k for k, _ in doomed]).rowcount
                 if gone < rows:
                     self.db.execute("DELETE FROM run_bytes WHERE agent=? AND run=?", key)
                     self.db.execute("UPDATE removed_runs SET pending=0 WHERE agent=? AND run=?", key)

@@ -33,7 +33,7 @@ import numpy as np
 
 from pilothouse.client import AgentError, Client
 from pilothouse.security import SecurityError
-from pilothouse.wire.entries import KIND_METRIC, Entry
+from pilothouse.wire.entries import KIND_METRIC, KIND_ROLLOUTS, Entry
 from pilothouse.wire.messages import ProtocolError
 from pilothouse.wire.urls import check_url
 
@@ -43,6 +43,7 @@ BatchCallback = Callable[[str, list[Entry], "list[dict] | None"], None]
 HealthCallback = Callable[["Health"], None]
 
 RATE_WINDOW = 5.0  # seconds over which points_per_s is averaged
+INDEX_SECONDS = 0.05  # rollout indexing per page a link does at most (the rest waits for the next page)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class AgentLink:
         heard = started = time.monotonic()
         next_runs = reported = 0.0
         rate: deque[tuple[float, int]] = deque()
+        indexing = True  # rollouts may wait to be indexed (a store written before, or a link stopped midway)
         pages = feed.follow(after=cursor, idle=self.poll)
         try:
             while not self._stop.is_set():
@@ -132,6 +134,7 @@ class AgentLink:
                 if page.entries or page.cursor > cursor:
                     store.write_page(self.url, page.entries, page.cursor)
                     cursor = page.cursor
+                indexing = _index(store, indexing or any(e.kind == KIND_ROLLOUTS for e in page.entries))
                 if page.entries:
                     heard = now
                     rate.append((now, sum(e.n for e in page.entries if e.kind == KIND_METRIC)))
@@ -249,3 +252,13 @@ class Links:
                                                on_health=self.on_health, **self.link_options)
             link.start()
         return link
+
+
+def _index(store: LocalStore, due: bool) -> bool:
+    """Index queued rollouts for up to INDEX_SECONDS, in short transactions, before the page's entries
+    reach the UI (a live batch is searchable and its step listed when the panel hears of it); whether
+    some are left for the next page.  A catch-up of millions indexes a slice per page."""
+    deadline = time.monotonic() + INDEX_SECONDS
+    while due and time.monotonic() < deadline:
+        due = store.index_rollouts()
+    return due

@@ -1,13 +1,14 @@
-"""Rollout browsing in plain Python: steps, search, reward filter and sort, and pairing two runs.
+"""Rollout browsing in plain Python: steps, reward filter and sort, and pairing two runs.
 
-Why no Qt here: the Rollouts panel only displays what this module selects, so what a search,
-a reward range or a comparison shows is tested without a display.
+Why no Qt here: the Rollouts panel only displays what this module selects, so what a reward range
+or a comparison shows is tested without a display.  Rows come from the store a step (or a search
+page) at a time: nothing here holds a whole run.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,47 +31,33 @@ def text(row: Row, field: str) -> str:
     return "" if value is None else str(value)
 
 
-class RolloutIndex:
-    """A run's rollout batches by step.  Every step is kept; batches logged for the same step
-    (several ranks, or several calls) are joined in arrival order."""
-
-    def __init__(self, batches: Iterable[dict] = ()) -> None:
-        self._by_step: dict[int, list[Row]] = {}
-        for batch in batches:
-            self.add(batch)
-
-    def add(self, batch: dict) -> None:
-        """One rollout body ({step, time, rows}), from the store or a live entry."""
-        self._by_step.setdefault(batch["step"], []).extend(batch["rows"])
-
-    def steps(self) -> list[int]:
-        return sorted(self._by_step)
-
-    def rows(self, step: int) -> list[Row]:
-        return list(self._by_step.get(step, ()))
-
-    def search(self, words: str) -> list[tuple[int, Row]]:
-        """(step, row) of every row, over all steps, whose prompt or completion holds every word."""
-        return [(step, row) for step in self.steps() for row in self._by_step[step] if matches(row, words)]
+def merge_steps(*steps: Iterable[tuple[int, int, float | None]]) -> list[int]:
+    """The steps any of the runs has rollouts for, from their ``rollout_steps`` listings."""
+    return sorted({step for listing in steps for step, _, _ in listing})
 
 
-def matches(row: Row, words: str) -> bool:
-    """Case-insensitive: every word of ``words`` appears in the prompt or the completion."""
-    hay = (text(row, "prompt") + "\n" + text(row, "completion")).lower()
-    return all(word in hay for word in words.lower().split())
+def hit_pairs(steps: Sequence[int], a_rows: Callable[[int], list[Row]], b_rows: Callable[[int], list[Row]],
+              a_hits: Iterable[tuple[int, Row]], b_hits: Iterable[tuple[int, Row]]) -> list[tuple[int, Pair]]:
+    """Two runs searched: at each step of ``steps``, the same prompt's rows paired, kept where either
+    side is one the search found (told by its step and text)."""
+    found = {(s, text(r, "prompt"), text(r, "completion")) for s, r in (*a_hits, *b_hits)}
+
+    def hit(step: int, row: Row | None) -> bool:
+        return row is not None and (step, text(row, "prompt"), text(row, "completion")) in found
+    return [(s, p) for s in steps for p in pair(a_rows(s), b_rows(s)) if hit(s, p[0]) or hit(s, p[1])]
 
 
 @dataclass(frozen=True)
 class Query:
-    """What the panel's controls ask for; empty text and None bounds select everything."""
+    """What the panel's reward controls ask for of the rows shown (a step's, or a search's page; the
+    words are the store's business); None bounds select everything."""
 
-    words: str = ""
     reward_min: float | None = None
     reward_max: float | None = None
     order: str = "logged"
 
     def accepts(self, row: Row | None) -> bool:
-        if row is None or not matches(row, self.words):
+        if row is None:
             return False
         if self.reward_min is None and self.reward_max is None:
             return True
@@ -85,8 +72,16 @@ class Query:
     def pairs(self, pairs: Iterable[Pair]) -> list[Pair]:
         """Pairs where either side is accepted (a comparison keeps both sides), ordered by
         run A's reward, falling back to run B's where A has none."""
-        kept = [p for p in pairs if self.accepts(p[0]) or self.accepts(p[1])]
-        return sort_by_reward(kept, self.order, lambda p: reward(p[0]) if reward(p[0]) is not None else reward(p[1]))
+        return [p for _, p in self.lines((0, p) for p in pairs)]
+
+    def lines(self, lines: Iterable[tuple[int, Pair]]) -> list[tuple[int, Pair]]:
+        """(step, pair) lines, as ``pairs`` keeps and orders them (a single run's have B None)."""
+        kept = [line for line in lines if self.accepts(line[1][0]) or self.accepts(line[1][1])]
+        return sort_by_reward(kept, self.order, lambda line: _first_reward(line[1]))
+
+
+def _first_reward(p: Pair) -> float | None:
+    return reward(p[0]) if reward(p[0]) is not None else reward(p[1])
 
 
 def sort_by_reward(items: list, order: str, key: Any) -> list:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, AgentProcess, free_port, run_cli, run_events
+from conftest import ROOT, AgentProcess, free_port, run_cli, run_events, wait_until
 
 import pilothouse as ph
 from pilothouse.cli import main
@@ -67,7 +67,14 @@ def everything(client: Client, run: str) -> dict:
     series = {m: client.series(run, m) for m in row["summary"]}
     return {"row": {k: row[k] for k in ("project", "name", "status", "config", "schema", "last_step", "host")},
             "points": {m: (s.tolist(), bits(v), bits(t)) for m, (s, v, t) in series.items()},
-            "rollouts": client.rollouts(run, last=100), "events": run_events(client, run)}
+            "rollouts": client.rollouts(run, last=100), "events": run_events(client, run),
+            "found": found(client, run)}
+
+
+def found(client: Client, run: str) -> list[dict]:
+    """A search of the run's rollouts, once the agent has indexed them (between its turns)."""
+    wait_until(lambda: not client.search_rollouts(run, "p3")[1], timeout=10)
+    return client.search_rollouts(run, "p3")[0]
 
 
 def test_a_run_archived_and_imported_comes_back_whole(agent_proc, tmp_path):
@@ -96,7 +103,8 @@ def test_a_run_archived_and_imported_comes_back_whole(agent_proc, tmp_path):
             after = everything(client, run)
             assert [r["id"] for r in client.runs() if r["kind"] == "train"] == [run]
         imported = after["events"].pop()
-        assert after == before  # every point bit-exact, config (as steered), status, rollouts, events
+        assert after == before  # every point bit-exact, config (as steered), status, rollouts, events, search
+        assert [h["rollout"]["prompt"] for h in after["found"]] == ["p3 ✓"]
         assert imported["event"] == "imported" and imported["points"] == 14 and imported["who"]["via"] == "loopback"
         assert "imported from run ü.parquet by" in run_cli("events", run, "--agent", second.url).stdout
 

@@ -50,7 +50,8 @@ def test_entries_are_idempotent_and_the_cursor_survives_reopening(tmp_path):
     assert vals.tobytes() == SPECIAL.tobytes()  # NaN, ±Inf, -0.0, 1e308, denormal: bit for bit
     assert np.array_equal(times, 1.7e9 + np.arange(7))
     assert store.metrics(A, "r1") == ["loss", "reward/mean"]
-    assert store.rollouts(A, "r1")[0]["rows"][0]["completion"] == "4"
+    assert not store.index_rollouts()
+    assert store.rollout_rows(A, "r1", 2)[0]["completion"] == "4"
     assert [e["status"] for e in store.events(A, "r1")] == ["finished"]
     assert store.agents()[0]["name"] == "node-a"
 

@@ -19,7 +19,7 @@ import pytest
 from conftest import LOOP_UNTIL_STOPPED, ROOT, AgentProcess, batch_fields, free_port, start_trainer, wait_until
 
 from pilothouse.client import AgentError, Client
-from pilothouse.node.journal import ENTRY_OVERHEAD, Store
+from pilothouse.node.journal import ENTRY_OVERHEAD, UNINDEX_ROW_BYTES, Store
 from pilothouse.security import Keyring
 from pilothouse.wire.entries import KIND_EVENT, entry_body
 
@@ -146,6 +146,40 @@ def test_a_removed_run_gives_back_no_entry_id_and_touches_no_other_run(tmp_path)
     assert store.head == head
     assert store.db.execute("SELECT * FROM journal WHERE run='keep' ORDER BY id").fetchall() == keep
     assert store.db.execute("SELECT COUNT(*) FROM journal WHERE run='drop'").fetchone()[0] == 0
+
+
+def test_a_removed_runs_rollouts_leave_the_search_index_in_bounded_batches(tmp_path):
+    path = tmp_path / "j.sqlite"
+    store = Store(path)
+    store.begin()
+    for run in ("keep", "drop"):
+        store.upsert_run({"run": run, "project": "p", "name": run, "host": "h", "pid": 1, "config": {}}, time.time())
+        store.ingest((run, 0, ""), 1, 1, [], [[1, step, 1.0, [{"prompt": f"{run} step {step}", "completion": "shared"}
+                                                               for _ in range(5)]] for step in range(40)], 0.0)
+    store.commit()
+    while store.index_due:
+        store.begin()
+        store.index_some(1024)
+        store.commit()
+    assert len(store.search_rollouts("drop", "shared", limit=500)[0]) == 200
+    kept = store.search_rollouts("keep", "shared", limit=500)[0]
+    store.begin()
+    store.hide("drop", time.time())
+    store.commit()
+    with pytest.raises(LookupError):
+        store.search_rollouts("drop", "shared")
+    batches = 0
+    while store.removing:
+        store.begin()
+        store.remove_some(2000, 4 * UNINDEX_ROW_BYTES * 5)  # about 4 batches of 5 rows each
+        store.commit()
+        batches += 1
+    assert batches >= 10
+    db = store.db
+    assert db.execute("SELECT COUNT(*) FROM rollout_batches WHERE run='drop'").fetchone()[0] == 0
+    assert db.execute("SELECT COUNT(*) FROM rollout_text WHERE rollout_text MATCH 'drop'").fetchone()[0] == 0
+    db.execute("INSERT INTO rollout_text(rollout_text, rank) VALUES ('integrity-check', 0)")  # raises if not
+    assert store.search_rollouts("keep", "shared", limit=500)[0] == kept
 
 
 # --- pilothouse rm --------------------------------------------------------------------------------------

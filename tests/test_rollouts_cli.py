@@ -6,8 +6,10 @@ step), so its cost never grows with the run: the last tests count its SQL statem
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import random
 import re
 import time
 
@@ -18,7 +20,7 @@ from conftest import run_cli as cli
 from pilothouse.client import AgentError
 from pilothouse.node.journal import Store
 from pilothouse.wire.entries import entry_body
-from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS, ROLLOUT_PAGE_BYTES
+from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS, ROLLOUT_PAGE_BYTES, pack_batch
 
 TRAINER = """
 import json
@@ -248,14 +250,65 @@ def test_the_agent_query_checks_its_arguments(agent, args, why):
         assert client.ping()["version"]  # and goes on answering
 
 
+# --- search -------------------------------------------------------------------------------------------
+
+def words_of(row: dict) -> set[str]:
+    return set(re.findall(r"\w+", (row["prompt"] + " " + row["completion"]).lower()))
+
+
+def newest_first() -> list[tuple[int, dict]]:
+    """Every row of PLAN as the journal holds them, newest first (the last row of the last batch first)."""
+    return [(step, row) for step, batches in reversed(PLAN) for rows in reversed(batches) for row in reversed(rows)]
+
+
+@pytest.mark.parametrize("words", ["question 3", "QUESTION 3 briefly", "question OR nothing", '"what is 4"'])
+def test_search_finds_rows_of_every_step_newest_first_exactly_as_logged(agent, words):
+    r = rollouts(agent, "grpo", "--search", words, "--json")
+    assert r.returncode == 0, r.stderr
+    hits = json_steps(r.stdout)
+    terms = set(re.findall(r"\w+", words.lower()))
+    want = [(s, row) for s, row in newest_first() if terms <= words_of(row)
+            and (not words.startswith('"') or words.strip('"') in row["prompt"])]
+    assert [(h["step"], h["rollout"]["prompt"]) for h in hits] == [(s, row["prompt"]) for s, row in want]
+    assert same([h["rollout"] for h in hits], [row for _, row in want])  # NaN, every digit, every field
+    assert all(h["run"] == "grpo" for h in hits)
+
+
+def test_search_pages_through_the_agent_and_shows_text_like_a_step(agent):
+    every = [(s, row) for s, row in newest_first() if "question" in words_of(row)]
+    with agent.client() as client:
+        page = client.request("rollouts", run="grpo", search="question", limit=7)
+        assert len(page["hits"]) == 7 and page["next"] is not None
+        hits, indexing = client.search_rollouts("grpo", "question", limit=len(every) + 5)  # several pages
+    assert [h["rollout"]["prompt"] for h in hits] == [row["prompt"] for _, row in every] and not indexing
+    r = rollouts(agent, "grpo", "--search", "question", "--limit", "2", env={"COLUMNS": "100"})
+    assert r.returncode == 0, r.stderr
+    assert headers(r.stdout) == ["== run grpo: 2 rows (the newest: use --limit) holding 'question'"]
+    assert re.findall(r"^\[step (\d+) row (\d+)\]", r.stdout, re.M) == [("50", "29"), ("50", "28")]
+
+
+@pytest.mark.parametrize("words, reason", [('"open', "unclosed quote"), ("++ --", "letter or a digit"),
+                                           ("", "at least one word")])
+def test_a_search_that_cannot_be_run_is_refused_plainly(agent, words, reason):
+    r = rollouts(agent, "grpo", "--search", words)
+    assert r.returncode == 2 and reason in r.stderr and "Traceback" not in r.stderr
+    with agent.client() as client, pytest.raises(AgentError, match=reason):
+        client.request("rollouts", run="grpo", search=words)
+    with agent.client() as client, pytest.raises(AgentError, match="not step"):
+        client.request("rollouts", run="grpo", search="x", step=1)
+    r = rollouts(agent, "grpo", "--search", "x", "--step", "1")
+    assert r.returncode == 2 and "not allowed with" in r.stderr
+
+
 # --- a step larger than a reply page ---------------------------------------------------------------
 
 def test_a_step_larger_than_a_page_arrives_whole(agent, tmp_path):
-    """Three calls of ~3 MiB at one step: the agent answers in pages below MAX_MESSAGE_BYTES and the
-    client asks for the rest, so the CLI shows every row."""
-    big = [[{"prompt": f"p{call}-{i}", "completion": "x" * 300_000, "reward": float(i)} for i in range(10)]
-           for call in range(3)]
-    assert sum(len(json.dumps(b)) for b in big) > ROLLOUT_PAGE_BYTES
+    """Four calls of ~3 MiB at one step: the agent answers in pages below MAX_MESSAGE_BYTES and the
+    client asks for the rest, so the CLI shows every row.  Random text, so it stays large compressed."""
+    noise = random.Random(7)
+    big = [[{"prompt": f"p{call}-{i}", "completion": base64.b64encode(noise.randbytes(225_000)).decode(),
+             "reward": float(i)} for i in range(10)] for call in range(4)]
+    assert sum(len(pack_batch(2, 0.0, b)) for b in big) > ROLLOUT_PAGE_BYTES
     run_trainer(tmp_path, agent.url, "big", [(1, big[:1]), (2, big)])
     with agent.client() as client:
         first = client.request("rollouts", run="big", last=2)
@@ -266,7 +319,7 @@ def test_a_step_larger_than_a_page_arrives_whole(agent, tmp_path):
     assert [s["step"] for s in steps] == [1, 2]
     assert same(steps[1]["rows"], [row for batch in big for row in batch])
     r = rollouts(agent, "big", "--step", "2", "--sort", "-reward", "--limit", "2", env={"COLUMNS": "80"})
-    assert headers(r.stdout) == ["== run big step 2: 30 rows, mean reward 4.5"]
+    assert headers(r.stdout) == ["== run big step 2: 40 rows, mean reward 4.5"]
     assert re.findall(r"^\s+prompt\s+(\S+)", r.stdout, re.M) == ["p0-9", "p1-9"]
     assert max(map(len, r.stdout.splitlines())) <= 80
 

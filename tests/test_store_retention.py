@@ -34,7 +34,8 @@ def fill(store: LocalStore, url: str, run_id: str, first_id: int, chunks: int, p
 def snapshot(store: LocalStore, url: str, run_id: str) -> tuple:
     """Everything stored of a run, as bytes: to compare bit for bit."""
     series = tuple(b"".join(a.tobytes() for a in store.series(url, run_id, m)) for m in store.metrics(url, run_id))
-    return series, store.events(url, run_id), store.rollouts(url, run_id)
+    rollouts = [(step, store.rollout_rows(url, run_id, step)) for step, _, _ in store.rollout_steps(url, run_id)]
+    return series, store.events(url, run_id), rollouts
 
 
 def test_sizes_follow_writes_ignore_resends_and_are_counted_once_for_an_old_store(tmp_path):

@@ -14,9 +14,10 @@ from typing import Any
 
 from pilothouse.cli.common import Reader, client_for
 from pilothouse.text import fmt_value, printable, step_arg
-from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS
+from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS, fts_query
 
 TEXT_ROWS = 20  # rows per step in the text view unless --limit says otherwise
+SEARCH_ROWS = 1000  # rows a search with --json prints unless --limit says otherwise
 TEXT_LINES = 3  # lines shown of a prompt or a completion
 MAX_LIMIT = 1_000_000
 TEXTS = ("prompt", "completion")
@@ -31,8 +32,12 @@ def add_parser(reader: Reader) -> None:
     which.add_argument("--step", type=step_arg, help="this step (default: the latest step with rollouts)")
     which.add_argument("--last", type=_count("--last", MAX_ROLLOUT_STEPS), metavar="N",
                        help=f"the last N steps with rollouts (N at most {MAX_ROLLOUT_STEPS})")
+    which.add_argument("--search", type=_words, metavar="WORDS",
+                       help='rows of every step whose prompt or completion holds each word, newest first '
+                            '("a phrase" in quotes, word* a prefix; case and accents do not matter)')
     r.add_argument("--limit", type=_count("--limit", MAX_LIMIT), metavar="K",
-                   help=f"rows per step (default: all with --json, else {TEXT_ROWS})")
+                   help=f"rows per step (default: all with --json, else {TEXT_ROWS}); with --search, rows "
+                        f"found (default {SEARCH_ROWS} with --json, else {TEXT_ROWS})")
     r.add_argument("--sort", type=_sort_key, metavar="KEY",
                    help="order rows by reward, advantage or rewards/NAME, highest first with a leading '-' "
                         "(rows without a number there come last); default: as logged")
@@ -64,6 +69,14 @@ def _count(option: str, most: int) -> Callable[[str], int]:
     return check
 
 
+def _words(text: str) -> str:
+    try:
+        fts_query(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(printable(str(exc))) from None
+    return text
+
+
 def _sort_key(text: str) -> str:
     field = text.removeprefix("-")
     name = field.removeprefix("rewards/")
@@ -74,6 +87,8 @@ def _sort_key(text: str) -> str:
 
 
 def cmd_rollouts(args: argparse.Namespace) -> int:
+    if args.search is not None:
+        return _search(args)
     with client_for(args) as client:
         run = client.resolve(args.run)
         batches = client.rollouts(run, step=args.step, last=args.last or 1)
@@ -91,6 +106,30 @@ def cmd_rollouts(args: argparse.Namespace) -> int:
             print(json.dumps({"run": run, "step": batch["step"], "time": batch["time"], "rows": shown}))
         else:
             print("\n".join(([""] if i else []) + _text_view(run, batch["step"], rows, args.limit)))
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    """The rows holding the words, newest first (``--sort`` reorders those found)."""
+    limit = args.limit or (SEARCH_ROWS if args.json else TEXT_ROWS)
+    with client_for(args) as client:
+        run = client.resolve(args.run)
+        hits, indexing = client.search_rollouts(run, args.search, limit=limit)
+    order = {id(row): i for i, row in enumerate(_sorted([h["rollout"] for h in hits], args.sort))}
+    hits.sort(key=lambda h: order[id(h["rollout"])])
+    if args.json:
+        for hit in hits:
+            print(json.dumps({"run": run, **hit}))
+    else:
+        width = max(40, shutil.get_terminal_size((100, 24)).columns)
+        found = f"{len(hits)} row{'s' * (len(hits) != 1)}" + (" (the newest: use --limit)" * (len(hits) == limit))
+        lines = [_safe(f"== run {run}: {found} holding {args.search!r}")]
+        for hit in hits:
+            lines.extend(_row_lines(f"step {hit['step']} row {hit['row']}", hit["rollout"], width))
+        print("\n".join(lines))
+    if indexing:
+        print("pilothouse: the agent is still indexing rollouts; the latest may be missing from this search",
+              file=sys.stderr)
     return 0
 
 
@@ -119,13 +158,19 @@ def _text_view(run: str, step: int, rows: list[dict], limit: int | None) -> list
     lines = [_safe(f"== run {run} step {step}: {len(rows)} row{'s' * (len(rows) != 1)}{mean}")]
     shown = rows[:limit or TEXT_ROWS]
     for i, row in enumerate(shown, 1):
-        numbers = "  ".join(f"{k[:60]}={_value(row[k])}" for k in _numbers(row))
-        lines.append(_clip(_safe(f"[{i}] {numbers}"), width))
-        for key in [*TEXTS, *(k for k, v in row.items() if isinstance(v, str) and k not in TEXTS)]:
-            if key in row:
-                lines.extend(_block(key, row[key], width))
+        lines.extend(_row_lines(str(i), row, width))
     if len(rows) > len(shown):
         lines.append(f"… {len(rows) - len(shown)} more rows (use --limit)")
+    return lines
+
+
+def _row_lines(label: str, row: dict, width: int) -> list[str]:
+    """A row's numbers on one line after ``[label]``, then a block per text field."""
+    numbers = "  ".join(f"{k[:60]}={_value(row[k])}" for k in _numbers(row))
+    lines = [_clip(_safe(f"[{label}] {numbers}"), width)]
+    for key in [*TEXTS, *(k for k, v in row.items() if isinstance(v, str) and k not in TEXTS)]:
+        if key in row:
+            lines.extend(_block(key, row[key], width))
     return lines
 
 

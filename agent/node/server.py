@@ -34,6 +34,7 @@ from pilothouse.node.recover import corrupt_message, is_corrupt
 from pilothouse.node.retention import Retention
 from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
+from pilothouse.rollout_search import ROW_BITS
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
 from pilothouse.version import __version__
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, check_name, query_arg
@@ -47,7 +48,7 @@ from pilothouse.wire.messages import (
     pack,
 )
 from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer
-from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS
+from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS, MAX_SEARCH_HITS, ROLLOUT_PAGE_BYTES
 from pilothouse.wire.urls import check_url, is_loopback
 
 log = logging.getLogger("pilothouse.agent")
@@ -55,6 +56,7 @@ log = logging.getLogger("pilothouse.agent")
 RCVHWM = 16
 TURN_MESSAGES = 2000  # bound one turn so acks and readers are never starved
 TURN_SECONDS = 0.05
+INDEX_TEXT_BYTES = 128 * 1024  # rollout text indexed per slice between turns: about 6 ms (see the README)
 LOCAL, REMOTE = b"L", b"R"  # peer tags: which socket a routing id belongs to
 FEED_TYPES = frozenset({"sub", "credit", "unsub"})  # a reader following the journal
 REMOTE_TYPES = FEED_TYPES | {"q"}  # readers and commands; trainers stay local
@@ -159,8 +161,8 @@ class Agent:
             while not self._stop.is_set():
                 now = time.monotonic()
                 behind = self.feed.behind()
-                spare = self.retention.pending() or self.compactor.pending()
-                timeout = 0 if behind or spare else max(0.0, min(next_sample, next_check) - now)
+                busy = behind or self.retention.pending() or self.compactor.pending() or self.store.index_due
+                timeout = 0 if busy else max(0.0, min(next_sample, next_check) - now)
                 if poller.poll(int(min(timeout, 0.2) * 1000)):
                     self._turn()
                 elif behind:
@@ -175,7 +177,9 @@ class Agent:
                     next_check = now + 1.0
                 if self.retention.pending():  # one bounded batch between turns: ingest never waits for long
                     self._timer(self._remove_some)
-                elif self.compactor.pending():
+                if self.store.index_due:  # likewise one slice of rollout text into the search index
+                    self._timer(self._index_some)
+                elif self.compactor.pending():  # and, with nothing else to do, one packing step
                     self._timer(self._compact_some)
         finally:
             self._stop.set()
@@ -243,6 +247,14 @@ class Agent:
                 self.compactor.step()
         except Exception:
             self.compactor.failed()  # undone: counted again, and tried again in a second
+            raise
+
+    def _index_some(self) -> None:
+        try:
+            with self._writing():
+                self.store.index_some(INDEX_TEXT_BYTES)
+        except Exception:
+            self.store.index_due = False  # a failing slice (a full disk) is tried again at the next rollouts
             raise
 
     def _timer(self, job: Callable[[], None]) -> None:
@@ -663,6 +675,8 @@ class Agent:
         """A run's rollouts of one step or of its latest steps, without reading the run from its start;
         ``next``: the arguments of the query that fetches the rest (see Store.rollouts)."""
         run = query_arg(args, "run", str)
+        if "search" in args:
+            return self._search_rollouts(run, args)
         step, before, seen = args.get("step"), args.get("before"), args.get("seen", [])
         if step is not None and "last" in args:
             raise ValueError("ask for one step or for the last steps, not both")
@@ -677,6 +691,27 @@ class Agent:
             check_int(s, "a seen step")
         entries, more = self.store.rollouts(run, step=step, last=last, before=before, seen=seen)
         return {"entries": entries, "next": more}
+
+    def _search_rollouts(self, run: str, args: dict) -> dict:
+        """Rows of ``run`` holding the words of ``search``, newest first: ``hits`` of [step, row, entry
+        id, row], ``next`` the ``before`` of the next page (None: no more), ``indexing`` whether
+        batches still wait to be indexed (they are not searched yet).  A page stops at about
+        ROLLOUT_PAGE_BYTES of rows, so a reply stays far below a reader's message limit."""
+        unknown = set(args) - {"run", "search", "before", "limit"}
+        if unknown:
+            raise ValueError(f"a rollout search takes search, before and limit, not {', '.join(sorted(unknown))}")
+        before = args.get("before")
+        if before is not None:
+            check_int(before, "before", 1)
+        limit = check_int(args.get("limit", 100), "limit", 1, MAX_SEARCH_HITS)
+        hits, more = self.store.search_rollouts(run, args["search"], before, limit)
+        size = 0
+        for i, (step, row, key, values) in enumerate(hits):
+            size += len(pack(values))
+            if i and size > ROLLOUT_PAGE_BYTES:
+                hits, more = hits[:i], hits[i - 1][2] << ROW_BITS | hits[i - 1][1]
+                break
+        return {"hits": [list(h) for h in hits], "next": more, "indexing": self.store.index_due}
 
 
 def _tune(sock: zmq.Socket) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.messages import ProtocolError
+from pilothouse.wire.rollouts import unpack_batch
 
 KIND_METRIC = "m"
 KIND_ROLLOUTS = "r"
@@ -55,7 +56,8 @@ def unpack_blob(blob: bytes | None) -> Any:
 
 
 def entry_body(entry: Entry) -> Any:
-    return unpack_blob(entry.body)
+    """An entry's body decoded: a rollout batch's from its zstd frame (see ``rollouts.unpack_batch``)."""
+    return unpack_batch(entry.body) if entry.kind == KIND_ROLLOUTS else unpack_blob(entry.body)
 
 
 def check_kinds(value: Any) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ import numpy as np
 from pilothouse.wire.checks import check_config, check_int, check_name, check_run_id
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, KINDS
 from pilothouse.wire.messages import MAX_HELLO_BYTES, MAX_INBOUND_BYTES, MAX_INBOUND_CONTAINERS, pack, unpack
-from pilothouse.wire.rollouts import check_batch
+from pilothouse.wire.rollouts import pack_batch, unpack_batch
 from pilothouse.wire.tuning import check_schema
 
 # one import_batch's entries: bytes of points and bodies, and entries, as a trainer's batch is
@@ -100,12 +100,11 @@ def check_import_entry(entry: Any) -> tuple:
         raise ValueError(f"entry kind must be one of {KINDS}, got {str(kind)[:40]!r}")
     if metric is not None or any(b is not None for b in blobs) or not isinstance(body, bytes):
         raise TypeError("a rollout batch or an event has a body (bytes) and no metric or points")
-    decoded = unpack(body, MAX_INBOUND_CONTAINERS)
     if kind == KIND_EVENT:
+        decoded = unpack(body, MAX_INBOUND_CONTAINERS)
         if not isinstance(decoded, dict) or not isinstance(decoded.get("event"), str):
             raise ValueError("an event's body must be a map with an 'event' name")
         return kind, None, rank, 0, None, None, None, body
-    batch = check_batch(decoded)  # packed again as the journal packs it: the step first (see Store.rollouts)
+    batch = unpack_batch(body)  # packed again as the journal packs it: one zstd frame (an archive may be older)
     rows = batch["rows"]
-    return kind, None, rank, len(rows), None, None, None, pack({"step": batch["step"], "time": batch["time"],
-                                                              "rows": rows})
+    return kind, None, rank, len(rows), None, None, None, pack_batch(batch["step"], batch["time"], rows)
