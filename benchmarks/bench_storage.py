@@ -147,11 +147,11 @@ def measure(name: str, series: Series, tmp: Path) -> dict:
             "held_ms_median": 1e3 * median(held), "held_ms_max": 1e3 * held[-1]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=1000, help="steps of the demo run")
     parser.add_argument("--hours", type=float, default=6.0, help="hours of 1 Hz GPU readings")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pilothouse-bench-") as tmp:
         results = [measure("demo metrics", demo_series(args.steps), Path(tmp)),
                    measure("GPU at 1 Hz", gpu_series(args.hours), Path(tmp))]
@@ -166,7 +166,12 @@ def main() -> None:
     saved = write_result("bench_storage", {"results": results})
     print(f"written: a row per metric per reading, as the agent stores a paced step; packed: after the agent's "
           f"compactor; TensorBoard: SummaryWriter's event file. Result: {saved}")
+    return {"results": results}
+
+
+def passed(data: dict) -> bool:
+    return all(r["bit_exact"] for r in data["results"])
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(0 if passed(main()) else 1)

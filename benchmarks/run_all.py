@@ -12,6 +12,7 @@ import bench_hostile
 import bench_load
 import bench_log
 import bench_rollouts
+import bench_storage
 import bench_store
 import bench_sync
 import bench_throughput
@@ -21,7 +22,7 @@ def main() -> bool:
     """True if every benchmark's own check (delivery, zero loss) passed."""
     ok = True
     for bench in (bench_log, bench_throughput, bench_store, bench_sync, bench_chart, bench_app, bench_load,
-                  bench_alerts, bench_hostile, bench_rollouts):
+                  bench_alerts, bench_hostile, bench_rollouts, bench_storage):
         print(f"\n=== {bench.__name__} ===\n", flush=True)
         ok = bench.passed(bench.main([])) and ok
     return ok
