@@ -154,8 +154,9 @@ def test_a_removed_runs_rollouts_leave_the_search_index_in_bounded_batches(tmp_p
     store.begin()
     for run in ("keep", "drop"):
         store.upsert_run({"run": run, "project": "p", "name": run, "host": "h", "pid": 1, "config": {}}, time.time())
-        store.ingest((run, 0, ""), 1, 1, [], [[1, step, 1.0, [{"prompt": f"{run} step {step}", "completion": "shared"}
-                                                               for _ in range(5)]] for step in range(40)], 0.0)
+        store.ingest((run, 0, ""), 1, 1, batch_fields([(1, step, 1.0, [{"prompt": f"{run} step {step}",
+                                                                        "completion": "shared"} for _ in range(5)])
+                                                    for step in range(40)]), 0.0)
     store.commit()
     while store.index_due:
         store.begin()

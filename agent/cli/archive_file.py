@@ -145,8 +145,8 @@ def _rows(pa: Any, entries: list[Entry]) -> Any:
     valid = np.repeat(metric, counts)
     total = len(valid)
 
-    def points(field: str, dtype: type) -> Any:
-        blob = b"".join(getattr(e, field) if m else _PAD for e, m in zip(entries, metric))
+    def points(blobs: list[bytes | None], dtype: type) -> Any:
+        blob = b"".join(b if m else _PAD for b, m in zip(blobs, metric))
         return pa.array(np.frombuffer(blob, dtype), mask=~valid)
 
     lengths = np.zeros(total, np.int32)
@@ -162,7 +162,8 @@ def _rows(pa: Any, entries: list[Entry]) -> Any:
         pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.array(codes, np.int32), counts), mask=~valid),
                                        pa.array(list(names), pa.string())),
         pa.array(np.repeat(np.array([e.rank for e in entries], np.int64), counts)),
-        points("steps", np.int64), points("vals", np.float64), points("times", np.float64), body,
+        points([e.steps for e in entries], np.int64), points([e.vals for e in entries], np.float64),
+        points([e.times for e in entries], np.float64), body,
     ], schema=schema(pa))
 
 

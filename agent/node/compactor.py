@@ -95,8 +95,9 @@ class Compactor:
 
     def _pack(self, key: Stream) -> int:
         run, metric, rank = key
-        rows = self.store.db.execute(
-            "SELECT id, n, steps, vals, times FROM journal WHERE run=? AND kind=? AND metric=? AND id>? AND rank=? "
+        db = self.store.db.conn
+        rows = db.execute(  # ids and counts first: the points only of the entries chosen (a step's memory is bounded)
+            "SELECT id, n FROM journal WHERE run=? AND kind=? AND metric=? AND id>? AND rank=? "
             "AND vals IS NOT NULL ORDER BY id LIMIT ?",
             [run, KIND_METRIC, metric, self.packed_to.get(key, 0), rank, MAX_ROWS]).fetchall()
         big = next((i for i, r in enumerate(rows) if r[1] < MAX_POINTS // 2), len(rows))
@@ -111,14 +112,15 @@ class Compactor:
             self._count(key, len(rows))
             return 0
         origins = np.array([r[0] for r in rows], np.int64)
-        points = packed_chunks.Points(*(b"".join(r[i] for r in rows) for i in (2, 3, 4)))
+        blobs = db.execute(f"SELECT steps, vals, times FROM journal WHERE id IN ({', '.join('?' * len(rows))}) "
+                           "ORDER BY id", origins.tolist()).fetchall()
+        points = packed_chunks.Points(*(b"".join(r[i] for r in blobs) for i in range(3)))
         blob = packed_chunks.pack(origins, np.array([r[1] for r in rows], np.uint32), points)
         last = int(origins[-1])
-        db = self.store.db.conn
         db.executemany("DELETE FROM journal WHERE id=?", [(int(i),) for i in origins[:-1]])
         db.execute("UPDATE journal SET n=?, steps=?, vals=NULL, times=NULL, first_id=? WHERE id=?",
                    [len(points.steps) // 8, blob, int(origins[0]), last])
-        freed = sum(ENTRY_OVERHEAD + len(r[2]) + len(r[3]) + len(r[4]) for r in rows) - ENTRY_OVERHEAD - len(blob)
+        freed = len(rows) * ENTRY_OVERHEAD + sum(map(len, points)) - ENTRY_OVERHEAD - len(blob)
         db.execute("UPDATE runs SET bytes=bytes-? WHERE id=?", [freed, run])
         self.packed_to[key] = last
         self._count(key, self.plain[key] - len(rows))

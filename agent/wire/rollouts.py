@@ -91,7 +91,7 @@ def fts_query(words: Any) -> str:
         term = term.rstrip("*") if prefix else term
         if not any(c.isalnum() for c in term):  # FTS5 indexes letters and digits only: nothing to look for
             continue
-        terms.append('"' + term.replace('"', '""') + '"' + "*" * prefix)
+        terms.append('"' + '""'.join(term.split('"')) + '"' + "*" * prefix)  # a quote doubled
     if not terms:
         raise ValueError(f"nothing to search for in {words[:60]!r}: a word needs a letter or a digit")
     if len(terms) > MAX_SEARCH_TERMS:
