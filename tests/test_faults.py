@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-import pytest
 import zmq
 from conftest import ROOT, as_owner, finish, run_events, start_trainer, wait_until
 
@@ -301,9 +300,6 @@ RSS_BOUND_MB = 64
 POINT_BYTES = 24  # step (int64), value and wall time (float64) of one point, as stored and sent
 
 
-@pytest.mark.xfail(reason="known regression since the columnar trainer batches (e189c4a): under the suite's load "
-                          "the agent's RSS grew +97 MB with stalled readers (bound 64 MB; +62 MB when idle); "
-                          "open on issue 16, to be found and fixed first", strict=False)
 def test_stalled_readers_bound_agent_memory_and_leave_step_time_alone(tmp_path, agent_proc):
     """400k records of 10 scalars, once with no reader and once with a reader that takes a page every
     0.5 s plus one that never returns credit: the agent's memory stays bounded (credit, not buffers),

@@ -69,8 +69,7 @@ class ReaderFeed:
             if reader.credit <= 0:
                 continue
             if reader.cursor >= head_before and (fresh or reader.owed):
-                entries = [e for e in fresh if e.id > reader.cursor and reader.wants(e)]
-                cursor = head
+                entries, cursor = _fresh_page(fresh, reader, head)
             elif reader.cursor < head:
                 entries, cursor = self.store.read(reader.cursor, run=reader.run, kinds=reader.kinds,
                                                   limit_points=MAX_PAGE_POINTS)
@@ -82,3 +81,17 @@ class ReaderFeed:
             if not self.send(ident, message("data", cursor=cursor, entries=entries, journal=self.store.journal_id)):
                 self.drop(ident)  # gone, or its queue is full: it will subscribe again
 
+
+def _fresh_page(fresh: list[Entry], reader: Reader, head: int) -> tuple[list[Entry], int]:
+    """This turn's entries for a caught-up reader, cut at MAX_PAGE_POINTS like a page from the store:
+    a fast trainer's turn would otherwise be one message the size of the turn, held once per reader."""
+    entries: list[Entry] = []
+    points = 0
+    for entry in fresh:
+        if entry.id <= reader.cursor or not reader.wants(entry):
+            continue
+        entries.append(entry)
+        points += entry.n
+        if points >= MAX_PAGE_POINTS:
+            return entries, entry.id
+    return entries, head

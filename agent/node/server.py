@@ -56,6 +56,7 @@ log = logging.getLogger("pilothouse.agent")
 RCVHWM = 16
 TURN_MESSAGES = 2000  # bound one turn so acks and readers are never starved
 TURN_SECONDS = 0.05
+TURN_BYTES = MAX_INBOUND_BYTES  # what one turn decodes and holds at once: a fast trainer's backlog waits in ZeroMQ
 INDEX_TEXT_BYTES = 128 * 1024  # rollout text indexed per slice between turns: about 6 ms (see the README)
 LOCAL, REMOTE = b"L", b"R"  # peer tags: which socket a routing id belongs to
 FEED_TYPES = frozenset({"sub", "credit", "unsub"})  # a reader following the journal
@@ -334,13 +335,15 @@ class Agent:
         """Local peers first, then remote ones, each within the turn's bounds.  A peer is its
         routing id tagged L(oopback) or R(emote), so answers leave by the socket they came in on."""
         deadline = time.monotonic() + TURN_SECONDS
+        taken = 0
         for _ in range(TURN_MESSAGES):
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
             self._handle(LOCAL + frames[0], frames[1:], None)
-            if time.monotonic() > deadline:
+            taken += sum(map(len, frames))
+            if time.monotonic() > deadline or taken > TURN_BYTES:
                 return
         if self.remote is None:
             return
@@ -351,7 +354,8 @@ class Agent:
                 return
             key = key_hex(parts[-1].get("User-Id"))  # set by the ZAP handler: the client's authenticated key
             self._handle(REMOTE + parts[0].bytes, [p.bytes for p in parts[1:]], key)
-            if time.monotonic() > deadline:
+            taken += sum(map(len, parts))
+            if time.monotonic() > deadline or taken > TURN_BYTES:
                 return
 
     def _handle(self, ident: bytes, body: list[bytes], client_key: str | None) -> None:
