@@ -4,6 +4,7 @@ real install of the package; ``import pilothouse`` in a trainer loads no SQLite,
 from __future__ import annotations
 
 import ast
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -91,8 +92,11 @@ def test_contracts_name_every_module():
 
 def test_import_pilothouse_is_cheap(tmp_path):
     """A trainer's ``import pilothouse`` and ``ph.init``'s own imports load no SQLite, Qt or torch;
-    the node agent, the CLI and the client load no Qt, no torch and none of the trainer's code."""
-    heavy = "{'sqlite3', 'sqlite_utils', 'torch', 'transformers', 'PySide6', 'pyqtgraph', 'shiboken6'}"
+    the node agent, the CLI and the client load no Qt, no torch, none of the trainer's code, and not
+    the pandas and pyarrow that sqlite-utils would bring (installed here, as beside most trainers)."""
+    assert importlib.util.find_spec("pandas") and importlib.util.find_spec("pyarrow"), "nothing to keep out"
+    heavy = ("{'sqlite3', 'sqlite_utils', 'torch', 'transformers', 'PySide6', 'pyqtgraph', 'shiboken6', 'pandas', "
+             "'pyarrow'}")
     loaded = f"','.join(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy}))"
     trainer = ("import sys, pilothouse as ph\n"
                "ph.init, ph.Run\n"
