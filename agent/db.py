@@ -9,30 +9,24 @@ the same file at once; and explicit transactions only, so each caller decides wh
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sqlite3
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
-
-def _sqlite_utils() -> ModuleType:
-    """sqlite-utils imports pandas where it is installed (as it is beside most trainers), only to map
-    its Timestamp type, which we never store; pandas brings pyarrow, and the two cost every agent and app
-    67 MB of memory and 0.25 s at start.  Unless the process has pandas already, it is kept out."""
-    if "pandas" in sys.modules:
-        return importlib.import_module("sqlite_utils")
+# sqlite-utils imports pandas where it is installed (as it is beside most trainers), only to map its
+# Timestamp type, which we never store; pandas brings pyarrow, and the two cost every agent and app
+# 67 MB of memory and 0.25 s at start.  Unless the process has pandas already, it is kept out.
+if "pandas" in sys.modules:
+    import sqlite_utils
+else:
     sys.modules["pandas"] = None  # type: ignore[assignment]  # `import pandas` raises ImportError
     try:
-        return importlib.import_module("sqlite_utils")
+        import sqlite_utils
     finally:
         del sys.modules["pandas"]
-
-
-sqlite_utils = _sqlite_utils()
 
 BUSY_MS = 5000
 
