@@ -87,7 +87,7 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
     for what, value in (("buffer_mb", buffer_mb), ("heartbeat", heartbeat)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
             raise ValueError(f"{what} must be a positive number, got {value!r}")
-    url = agent or os.environ.get(ENV_AGENT)
+    url = agent or os.environ.get(ENV_AGENT) or _ray_node_agent()
     if url is None:
         url = check_url(DEFAULT_URL)
         launcher.ensure_local_agent(url)
@@ -338,6 +338,15 @@ def _rollout_value(key: Any, value: Any) -> Any:
     if isinstance(value, SCALARS) or not hasattr(value, "__float__"):
         return value
     return _number(key, value)  # numpy and torch scalars
+
+
+def _ray_node_agent() -> str | None:
+    """In a Ray driver or actor, the agent ``pilothouse.ray.start_agents`` put on this node."""
+    if "ray" not in sys.modules:
+        return None
+    from pilothouse.ray import agent_here
+
+    return agent_here()
 
 
 def _new_id() -> str:
