@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, wait_until
 from ray.cluster_utils import Cluster
 
-from pilothouse.client import Client
+from pilothouse.client import Client, reachable
 from pilothouse.ray import agent_here, start_agents
 
 
@@ -95,6 +95,15 @@ def test_a_two_node_job_is_steered_at_one_step_for_every_actor(tmp_path):
             np.testing.assert_array_equal(values, np.where(steps < held, before, after),
                                           err_msg=f"rank {rank} did not switch exactly at step {held}")
         assert len(agents_of(data)) == 2, "an agent ended with the driver: it must outlive it"
+        killed = agents_of(data)[0]
+        url = killed.cmdline()[killed.cmdline().index("--bind") + 1]
+        killed.kill()  # the actor starts its agent again, on the same URL, with its journal
+        killed.wait(10)
+        wait_until(lambda: len(agents_of(data)) == 2, what="the killed agent started again", timeout=30)
+        assert url in agents.values()
+        with Client(url) as c:
+            wait_until(lambda: reachable(url), what="the restarted agent answering", timeout=30)
+            assert any(r["id"] == run for r in c.runs()), "the restarted agent lost the run"
     finally:
         cluster.shutdown()
     deadline = time.monotonic() + 20
