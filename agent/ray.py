@@ -143,6 +143,21 @@ def agent_here() -> str | None:
     return ray.get(handle.url.remote(), timeout=START_SECONDS)
 
 
+def cluster_nodes() -> list[dict] | None:
+    """The job's nodes as a trainer's hello lists them: every agent ``start_agents`` put on the cluster
+    (None without them).  Ray places actors, not ranks, so no ranks are listed."""
+    if not ray.is_initialized():
+        return None
+    handles = []
+    for node in ray.nodes():
+        try:
+            handles.append(ray.get_actor(ACTOR_PREFIX + node["NodeID"], namespace=NAMESPACE))
+        except ValueError:
+            continue
+    infos = ray.get([h.info.remote() for h in handles], timeout=START_SECONDS)
+    return [{"host": h, "agent": u, "ranks": []} for h, u in sorted({(i["host"], i["url"]) for i in infos})] or None
+
+
 def _kept_port(data: Path) -> int:
     """A free port, chosen once per data dir: a restarted actor binds the same URL its trainers use."""
     path = data / PORT_FILE

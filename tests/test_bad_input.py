@@ -744,6 +744,31 @@ def test_wire_read_after_beyond_int64_gets_err(wire):
     assert reply is not None and reply["t"] == "err" and reply["id"] == 77, reply
 
 
+NODE = {"host": "node-b", "agent": "tcp://127.0.0.1:7766", "ranks": [2, 3]}
+
+
+@pytest.mark.parametrize("nodes, why", [
+    ([], "1 to 4096 entries"),
+    ("node-b", "1 to 4096 entries"),
+    ([{**NODE, "extra": 1}], "exactly host, agent and ranks"),
+    ([{**NODE, "agent": "http://node-b"}], "node agent: agent URL scheme"),
+    ([{**NODE, "host": "node\u202eb"}], "invisible format character"),
+    ([NODE, NODE], "listed twice"),
+    ([{**NODE, "ranks": [3, 2]}], "ascending, each once"),
+    ([{**NODE, "ranks": [-1]}], "rank"),
+    ([{**NODE, "ranks": [True]}], "list of integers"),
+    ([{**NODE, "ranks": [65536]}], "rank must be an int in [0, 65535]"),
+    ([NODE, {**NODE, "host": "node-c"}], "rank 2 is listed on two nodes"),
+], ids=["empty", "not-a-list", "extra-key", "bad-url", "bidi-host", "twice", "unsorted", "negative", "bool",
+        "rank-too-big", "rank-twice"])
+def test_wire_hello_with_bad_job_nodes_is_refused_and_creates_nothing(agent_proc, nodes, why):
+    with RawPeer(agent_proc.url) as peer:
+        reply = peer.ask({**HELLO, "run": "badjob1", "nodes": nodes})
+    assert reply is not None and reply["t"] == "err" and why in reply["msg"], reply
+    with agent_proc.client() as c:
+        assert not any(r["id"] == "badjob1" for r in c.runs())
+
+
 def test_wire_hello_config_with_bytes_key_is_rejected(agent_proc):
     with RawPeer(agent_proc.url) as peer:
         reply = peer.ask({**HELLO, "run": "cfgkey1", "config": {b"lr": 0.1}})

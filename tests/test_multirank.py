@@ -1,16 +1,18 @@
-"""A real 4-rank torch.distributed job (gloo, CPU, started by torchrun): every rank pauses,
-applies a change, checkpoints and stops at the same step, and nothing hangs."""
+"""A real 4-rank torch.distributed job (gloo, CPU, started by torchrun) over two agents, as two nodes
+would be: every rank pauses, applies a change, checkpoints and stops at the same step, nothing hangs,
+and either agent knows the whole job (``pilothouse runs --job``)."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
-from conftest import wait_until
+from conftest import AgentProcess, free_port, wait_until
 
 from pilothouse.client import Client
 
@@ -24,9 +26,10 @@ import torch.distributed as dist
 import pilothouse as ph
 
 dist.init_process_group("gloo")
-url, out = sys.argv[1], sys.argv[2]
-run = ph.init(project="ddp", name="four-ranks", agent=url, config={"lr": 0.1}, heartbeat=0.2)
+urls, out = sys.argv[1].split(","), sys.argv[2]
 rank = dist.get_rank()
+url = urls[rank * len(urls) // dist.get_world_size()]  # ranks 0-1 on one "node's" agent, 2-3 on the other's
+run = ph.init(project="ddp", name="four-ranks", agent=url, config={"lr": 0.1}, heartbeat=0.2)
 if rank == 0:
     print(run.id, flush=True)
 model = torch.nn.Linear(4, 1)
@@ -67,13 +70,21 @@ def test_four_ranks_act_at_the_same_step(tmp_path, agent_proc):
     script = tmp_path / "ddp.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    other = AgentProcess(tmp_path / "other-agent", free_port()).start()
+    try:
+        _steer_and_check(tmp_path, script, env, agent_proc.url, other.url)
+    finally:
+        other.stop()
+
+
+def _steer_and_check(tmp_path, script, env, url, other_url) -> None:
     job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            f"--nproc_per_node={WORLD}", str(script), agent_proc.url, str(tmp_path)],
+                            f"--nproc_per_node={WORLD}", str(script), f"{url},{other_url}", str(tmp_path)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
         run_id = job.stdout.readline().strip()
         assert run_id, job.stderr.read()
-        with Client(agent_proc.url) as c:
+        with Client(url) as c:
             wait_until(lambda: any(r["id"] == run_id and (r["last_step"] or 0) > 5 for r in c.runs()),
                        timeout=60, what="the job's first steps")
             paused = c.command(run_id, "pause")
@@ -100,3 +111,17 @@ def test_four_ranks_act_at_the_same_step(tmp_path, agent_proc):
         assert next(t["step"] for t in trace if t["lr"] == 0.05) == changed["step"]
         assert [t["step"] for t in trace if t["ckpt"]] == [saved["step"]]
         assert trace[-1]["stop"] and trace[-1]["step"] == stopped["step"]
+
+    host = socket.gethostname()
+    for asked in (url, other_url):  # either agent of the job leads to all of it
+        out = subprocess.run([sys.executable, "-m", "pilothouse", "runs", "--job", run_id, "--agent", asked, "--json"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        nodes = json.loads(out.stdout)["nodes"]
+        assert [(n["host"], n["agent"], n["ranks"]) for n in nodes] == [(host, url, [0, 1]), (host, other_url, [2, 3])]
+        assert [n["status"] for n in nodes] == ["finished", "finished"]
+        assert all(n["last_step"] is not None for n in nodes)
+    text = subprocess.run([sys.executable, "-m", "pilothouse", "runs", "--job", "four-ranks", "--agent", other_url],
+                          capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0 and "2 nodes, 4 ranks" in text.stdout and "0-1" in text.stdout, text
+    assert f"pilothouse gui --agent {url} --agent {other_url}" in text.stdout

@@ -94,6 +94,12 @@ def test_a_two_node_job_is_steered_at_one_step_for_every_actor(tmp_path):
             assert np.array_equal(steps, np.arange(steps.size)), f"rank {rank} skipped or repeated a step"
             np.testing.assert_array_equal(values, np.where(steps < held, before, after),
                                           err_msg=f"rank {rank} did not switch exactly at step {held}")
+        job = subprocess.run([sys.executable, "-m", "pilothouse", "runs", "--job", run, "--agent", started["here"],
+                              "--json"], capture_output=True, text=True, timeout=60)
+        assert job.returncode == 0, job.stderr
+        nodes = json.loads(job.stdout)["nodes"]  # the driver's agent knows every agent of the job
+        assert sorted(n["agent"] for n in nodes) == sorted(agents.values())
+        assert [n["status"] for n in nodes] == ["finished", "finished"], nodes  # each with its last rank there
         assert len(agents_of(data)) == 2, "an agent ended with the driver: it must outlive it"
         killed = agents_of(data)[0]
         url = killed.cmdline()[killed.cmdline().index("--bind") + 1]

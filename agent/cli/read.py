@@ -7,6 +7,7 @@ import json
 import sys
 
 from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
+from pilothouse.cli.job import cmd_job
 from pilothouse.cli.tail import MetricFilter, Tail, terminal_width
 from pilothouse.client import Client
 from pilothouse.event_text import Narrator
@@ -19,6 +20,8 @@ def add_parsers(reader: Reader) -> None:
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.add_argument("--all", action="store_true", help="include the agent's host/GPU sampling runs")
     r.add_argument("--size", action="store_true", help="each run's disk use (its journal data), and the total")
+    r.add_argument("--job", metavar="RUN", help="a multi-node run's nodes: each agent holding its ranks, its state "
+                                               "there, and how to reach the others from here")
 
     t = reader("tail", "print a run's metrics live", cmd_tail)
     t.add_argument("run", help="run id or unambiguous run name")
@@ -39,6 +42,8 @@ def add_parsers(reader: Reader) -> None:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    if args.job:
+        return cmd_job(args)
     with client_for(args) as client:
         runs = client.runs()
         full = client.ping().get("disk_full")

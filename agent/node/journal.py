@@ -115,8 +115,10 @@ class Store:
             "pid_started": float, "config": bytes, "created": float, "status": str, "last_seen": float,
             "ended": float, "last_step": int, "dropped_records": int,
             "dropped_points": int, "lost_records": int, "schema": bytes, "points": int, "bytes": int,
-            "removing": float,
+            "removing": float, "nodes": bytes,
         }, pk="id", if_not_exists=True)
+        if "nodes" not in db["runs"].columns_dict:  # a journal from before multi-node jobs
+            db["runs"].add_column("nodes", bytes)
         # a run's metrics and their last values: a row each, so a turn writes only what changed
         db["last_values"].create({"run": str, "metric": str, "value": bytes}, pk=("run", "metric"),
                                  if_not_exists=True)
@@ -281,7 +283,9 @@ class Store:
                  hello.get("pid_started"), hello.get("created", now), "running", now, None, None,
                  0, 0, 0, 0, 0, pack(hello["config"]), pack(hello.get("schema", {}))])
             self.event(run_id, "status", {"status": "running", "host": hello["host"], "pid": hello["pid"]})
-        elif hello.get("rank", 0) == 0:  # the run's process, as far as liveness goes, is rank 0's
+        if "nodes" in hello:  # any rank's list: the job's agents, this one among them
+            self.db.execute("UPDATE runs SET nodes=? WHERE id=?", [pack(hello["nodes"]), run_id])
+        if row is not None and hello.get("rank", 0) == 0:  # the run's process, as far as liveness goes, is rank 0's
             config, _ = self.config_and_schema(run_id)  # the process's own settings win; steered ones stay
             self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=?, config=?, schema=? "
                             "WHERE id=?", [hello["host"], hello["pid"], hello.get("pid_started"), now,
@@ -355,10 +359,11 @@ class Store:
         counts = dict(self.db.execute("SELECT run, COUNT(*) FROM last_values GROUP BY run"))
         chosen = self.key_choices()
         out = []
-        for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, schema FROM runs WHERE removing IS NULL "
-                                  "ORDER BY created"):
+        for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, schema, nodes FROM runs "
+                                  "WHERE removing IS NULL ORDER BY created"):
             row["config"] = unpack_blob(row["config"])
             row["schema"] = unpack_blob(row["schema"]) or {}
+            row["nodes"] = unpack_blob(row["nodes"]) or []
             row["metrics"] = counts.get(row["id"], 0)
             row["key"], row["summary"] = self._summary(row["id"], chosen.get(row["project"]))
             out.append(row)

@@ -162,6 +162,9 @@ class Sessions:
                                            hello.get("host") == self.host, now)
         return None
 
+    def open_ranks(self, run: str) -> set[int]:
+        return {rank for (name, rank) in self.owners if name == run}
+
     def release(self, run: str, rank: int, session: str) -> None:
         owner = self.owners.get((run, rank))
         if owner is not None and owner.id == session:

@@ -542,7 +542,8 @@ class Agent:
                                        reason="hello" if not self.store.has_run(run) else "gap"))
             return
         ending = "crashed" if msg.get("status") == "crashed" else "finished"
-        if rank == 0 and self.liveness.finished(run, ending):  # the run ends with rank 0
+        self.sessions.release(*_stream(msg))
+        if self._ends_run(run, rank) and self.liveness.finished(run, ending):
             if ending == "crashed":  # the training code raised: its process said why
                 self.store.set_status(run, "crashed", now, reason=msg.get("error", ""))
                 self.commands.close(run, "the trainer crashed before applying it", now)
@@ -550,7 +551,13 @@ class Agent:
                 self.store.set_status(run, "finished", now)
                 self.commands.close(run, "the run finished before applying it", now)
         self._reply(ident, message("finished", run=run, rank=rank))
-        self.sessions.release(*_stream(msg))
+
+    def _ends_run(self, run: str, rank: int) -> bool:
+        """A run ends with its rank 0; on another node's agent of a multi-node job, which never hears
+        rank 0, with the last of the ranks it holds."""
+        if rank == 0:
+            return True
+        return not self.sessions.open_ranks(run) and not any(k[:2] == (run, 0) for k in self.store.max_seq)
 
     def _check_liveness(self) -> None:
         now = time.time()

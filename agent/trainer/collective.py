@@ -46,3 +46,16 @@ class Broadcaster:
                 else torch.empty(size, dtype=torch.uint8, device=self.device))
         self.dist.broadcast(data, src=0)
         return msgpack.unpackb(data.cpu().numpy().tobytes(), raw=False)
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` in rank order, on every rank: two all_gathers, the lengths then the bytes."""
+        torch, dist = self.torch, self.dist
+        payload = msgpack.packb(obj, use_bin_type=True)
+        lengths = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(dist.get_world_size())]
+        dist.all_gather(lengths, torch.tensor([len(payload)], dtype=torch.int64, device=self.device))
+        sizes = [int(n.item()) for n in lengths]
+        mine = torch.zeros(max(sizes), dtype=torch.uint8)
+        mine[:len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        parts = [torch.empty(max(sizes), dtype=torch.uint8, device=self.device) for _ in sizes]
+        dist.all_gather(parts, mine.to(self.device))
+        return [msgpack.unpackb(p.cpu().numpy().tobytes()[:n], raw=False) for p, n in zip(parts, sizes)]

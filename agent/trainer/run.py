@@ -35,6 +35,7 @@ from pilothouse.wire.checks import (
     check_run_id,
     normal_name,
 )
+from pilothouse.wire.job import group_ranks
 from pilothouse.wire.messages import MAX_ERROR_CHARS, MAX_HELLO_BYTES, MAX_INBOUND_BYTES, message, pack
 from pilothouse.wire.records import (
     MAX_METRICS_PER_RUN,
@@ -94,13 +95,13 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
     check_url(url)
     return Run(url, project=project, name=name, config=cfg, schema=schema, run_id=run_id, rank=rank,
                broadcaster=broadcaster, sync_every=sync_every, buffer_bytes=int(buffer_mb * (1 << 20)),
-               heartbeat=heartbeat, alerts=rules)
+               heartbeat=heartbeat, alerts=rules, nodes=_job_nodes(broadcaster, rank, url))
 
 
 class Run:
     def __init__(self, url: str, *, project: str, name: str, config: dict, schema: dict, run_id: str,
                  rank: int, broadcaster: Broadcaster | None, sync_every: int, buffer_bytes: int, heartbeat: float,
-                 alerts: list[dict] | None = None):
+                 alerts: list[dict] | None = None, nodes: list[dict] | None = None):
         self.id = run_id
         self.project = project
         self.name = name
@@ -121,6 +122,8 @@ class Run:
                  "pid_started": psutil.Process().create_time(), "created": time.time()}
         if alerts:
             hello["alerts"] = alerts
+        if nodes:
+            hello["nodes"] = nodes  # every agent of a multi-node job knows the others
         _check_hello(hello)
         self._broadcaster = broadcaster
         self._sync_every = sync_every
@@ -338,6 +341,18 @@ def _rollout_value(key: Any, value: Any) -> Any:
     if isinstance(value, SCALARS) or not hasattr(value, "__float__"):
         return value
     return _number(key, value)  # numpy and torch scalars
+
+
+def _job_nodes(broadcaster: Broadcaster | None, rank: int, url: str) -> list[dict] | None:
+    """The job's (host, agent) pairs with their ranks, gathered over torch.distributed; in a Ray job the
+    cluster's agents (``pilothouse.ray``); None for a single process."""
+    if broadcaster is not None:
+        return group_ranks(broadcaster.gather([socket.gethostname(), url, rank]))
+    if "ray" not in sys.modules:
+        return None
+    from pilothouse.ray import cluster_nodes
+
+    return cluster_nodes()
 
 
 def _ray_node_agent() -> str | None:

@@ -23,6 +23,7 @@ from pilothouse.wire.checks import (
     check_run_id,
     check_session,
 )
+from pilothouse.wire.job import check_nodes
 from pilothouse.wire.tuning import check_schema
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ZMQ_MAXMSGSIZE on a reader's socket: the agent's replies
@@ -96,6 +97,8 @@ def _check_hello(msg: dict) -> None:
         _wrap(check_schema, msg["schema"])
     if "alerts" in msg:
         _wrap(check_rules, msg["alerts"], "alerts")
+    if "nodes" in msg:
+        _wrap(check_nodes, msg["nodes"])
     for key in ("pid_started", "created"):
         value = msg.get(key)
         if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
