@@ -488,7 +488,7 @@ class Agent:
         resume = self.store.upsert_run(msg, now)
         if resume is not None:
             self.store.event(msg["run"], "resumed", {
-                "attempt": resume.attempt, "host": msg["host"], "pid": msg["pid"],
+                "attempt": resume.attempt, "host": msg["host"], "pid": msg["pid"], "started": msg.get("created", now),
                 "after": ended_as(resume, self.host), "after_step": resume.last_step})
             if resume.status in ("finished", "crashed", "stale"):
                 self.store.set_status(msg["run"], "running", now, reason=f"resumed by pid {msg['pid']}")

@@ -224,7 +224,12 @@ class MainWindow(QMainWindow):
             entries = [e for e in entries if (url, e.run) not in self.removed]
             runs = None if runs is None else [r for r in runs if (url, r["id"]) not in self.removed]
         if runs is not None:
+            joined = {k: self.runs.row(k) for k in self.runs.selected()}
             self.runs.update_agent(url, runs)
+            if any(row is not None and row.members != getattr(self.runs.row(k), "members", None)
+                   for k, row in joined.items()):  # a charted run resumed on another node: its curves join
+                self.charts.show_runs(self.runs.selected(), self.store)
+                self.charts.show_alerts({k: self._markers(k) for k in self.runs.selected()})
         self.charts.add_entries(url, entries)
         self.system.add_entries(url, entries)
         self.rollouts.add_entries(url, entries)
