@@ -26,6 +26,7 @@ from ..palette import PALETTE
 from .theme import current, is_restyle
 
 FAINT_ALPHA = 70  # the raw curve behind a smoothed one
+SUPERSEDED_ALPHA = 130  # a run's points a later attempt logged again: dotted, still readable
 DIM_FACTOR = 0.22  # while one run is highlighted, the others keep this much of their opacity
 EMPHASIS_WIDTH = 2.5
 MARKER_COLOR = "#d62728"  # the ticks of non-finite values (a mark, not text)
@@ -257,7 +258,7 @@ class ChartWidget(pg.PlotWidget):
         style = QtCore.Qt.PenStyle.DotLine if curve.faint else \
             QtCore.Qt.PenStyle.DashLine if curve.dashed else QtCore.Qt.PenStyle.SolidLine
         raw = pg.mkColor(curve.color)
-        raw.setAlpha(round((FAINT_ALPHA if curve.ema is not None or curve.faint else 255) * dim))
+        raw.setAlpha(round((SUPERSEDED_ALPHA if curve.faint else FAINT_ALPHA if curve.ema is not None else 255) * dim))
         smooth = pg.mkColor(curve.color)
         smooth.setAlpha(round(255 * dim))
         curve.raw.setPen(pg.mkPen(raw, width=EMPHASIS_WIDTH if wide and curve.ema is None else 1, style=style))
