@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from pilothouse.event_text import resume_label
+
+from .local_store import LocalStore
 
 RunKey = tuple[str, str]  # (agent URL, run id)
 LIVE = ("running", "paused")  # a member still saying so when another node took over went silent: stale
@@ -45,6 +48,12 @@ def members(runs: Iterable[tuple[RunKey, str, float]]) -> dict[RunKey, list[RunK
     for key, project, _ in sorted(runs, key=lambda r: (r[2], r[0])):
         groups.setdefault((key[1], project), []).append(key)
     return {keys[0]: keys for keys in groups.values()}
+
+
+def member_lists(runs: Mapping[RunKey, Mapping]) -> dict[RunKey, list[RunKey]]:
+    """Every (agent, id) of ``runs`` (run dicts as the store keeps them) -> its run's members."""
+    groups = members((k, r.get("project") or "", r.get("created") or 0.0) for k, r in runs.items())
+    return {m: keys for keys in groups.values() for m in keys}
 
 
 def attempts(runs: Sequence[tuple[RunKey, Mapping, Sequence[Mapping]]]) -> list[Attempt]:
@@ -106,6 +115,32 @@ class Timeline:
     def resumes(self) -> list[tuple[Attempt, int | None]]:
         """Each attempt after the first with the step it began at (None: none logged yet)."""
         return [(a, self.first_steps.get(a.number)) for a in self.attempts[1:]]
+
+
+class Points(NamedTuple):
+    """One member's points of one metric, each with the number of the attempt that logged it."""
+
+    member: RunKey
+    metric: str
+    steps: np.ndarray
+    vals: np.ndarray
+    times: np.ndarray
+    numbers: np.ndarray
+
+
+def read_run(store: LocalStore, keys: Sequence[RunKey],
+             runs: Mapping[RunKey, Mapping]) -> tuple[Timeline, list[Points]]:
+    """A run's attempts and every point of its members ``keys``: which points are superseded is known
+    only once every attempt's first step is, so all are read before any is used."""
+    timeline = Timeline(attempts([(m, runs.get(m, {}), store.events(*m)) for m in keys]))
+    out = []
+    for member in keys:
+        for metric in store.metrics(*member):
+            steps, vals, times = store.series(*member, metric)
+            numbers = timeline.numbers(member, times)
+            timeline.saw(numbers, steps)
+            out.append(Points(member, metric, steps, vals, times, numbers))
+    return timeline, out
 
 
 def _number(value: object) -> float:

@@ -4,6 +4,7 @@ steps it logged again once, its superseded points faint, and each resume is a ma
 
 from __future__ import annotations
 
+import csv
 import os
 import socket
 import tempfile
@@ -19,6 +20,7 @@ pytest.importorskip("pytestqt")
 from conftest import AgentProcess, finish, free_port, start_trainer  # noqa: E402
 
 from pilothouse.gui._qt.charts import OLD  # noqa: E402
+from pilothouse.gui._qt.export import export_run_csv  # noqa: E402
 
 # ARGS: run id, first step, last step, then "crash" to raise once logged
 TRAINER = """
@@ -73,6 +75,12 @@ def test_a_run_resumed_on_another_node_is_one_run_with_one_curve(window, qtbot, 
         w._on_select()
         qtbot.waitUntil(lambda: len(curve_steps(w, "loss", "moved1")) == 80, timeout=10000)
         check_one_curve(w, "moved1")
+        export_run_csv(w.store, *row.key, tmp_path / "moved.csv")
+        with open(tmp_path / "moved.csv", newline="") as f:
+            rows = [(r["metric"], int(r["step"]), r["attempt"], r["superseded"]) for r in csv.DictReader(f)]
+        assert len(rows) == 2 * 100  # both attempts' points of both metrics: nothing lost
+        assert sorted(r[1:] for r in rows if r[0] == "loss") == sorted(
+            [(s, "1", "1" if s >= 40 else "0") for s in range(60)] + [(s, "2", "0") for s in range(40, 80)])
     finally:
         other.stop()
 

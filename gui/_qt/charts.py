@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, Entry, entry_body, entry_points
 
 from ..alerts import Marker
-from ..attempts import Timeline, attempts, members
+from ..attempts import Timeline, member_lists, read_run
 from ..chart_layout import arrange, constant_value, folded_text
 from ..groups import band, group_runs
 from ..local_store import LocalStore
@@ -150,8 +150,7 @@ class ChartsPanel(QWidget):
             configs = {key: runs.get(key, {}).get("config") or {} for key in self.keys}
             self.labels = run_labels(names)
             self._make_groups(names, configs)
-            groups = members((k, r.get("project") or "", r.get("created") or 0.0) for k, r in runs.items())
-            group_of = {m: ms for ms in groups.values() for m in ms}
+            group_of = member_lists(runs)
             self.member_of = {m: key for key in keys for m in group_of.get(key, [key])}
             for agent in {a for a, _ in self.member_of}:
                 self.seen[agent] = store.cursor(agent)
@@ -162,18 +161,11 @@ class ChartsPanel(QWidget):
         self._layout()
 
     def _load(self, key: RunKey, keys: list[RunKey], runs: dict[RunKey, dict], store: LocalStore) -> None:
-        """A run's points from every member, each attempt's superseded ones apart: which are is known
-        only once every attempt's first step is, so all are read before any is drawn."""
-        timeline = self.timelines[key] = Timeline(attempts([(m, runs.get(m, {}), store.events(*m)) for m in keys]))
-        loaded = []
-        for member in keys:
-            for metric in store.metrics(*member):
-                steps, vals, times = store.series(*member, metric)
-                numbers = timeline.numbers(member, times)
-                timeline.saw(numbers, steps)
-                loaded.append((metric, steps, vals, times, numbers))
-        for metric, steps, vals, times, numbers in loaded:
-            self._append_split(key, metric, steps, vals, times, timeline.superseded(numbers, steps))
+        """A run's points from every member, each attempt's superseded ones apart."""
+        timeline, points = read_run(store, keys, runs)
+        self.timelines[key] = timeline
+        for p in points:
+            self._append_split(key, p.metric, p.steps, p.vals, p.times, timeline.superseded(p.numbers, p.steps))
 
     def _append_split(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
                       old: np.ndarray) -> bool:
