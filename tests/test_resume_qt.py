@@ -40,6 +40,11 @@ def rows_of(w, run_id: str) -> list:
     return [row for row in rows if row.run_id == run_id]
 
 
+def select(w, run_id: str) -> None:
+    w.table.selectRow(next(i for i in range(w.table_model.rowCount()) if w.table_model.row_at(i).run_id == run_id))
+    w._on_select()
+
+
 def curve_steps(w, metric: str, name: str) -> list[float]:
     chart = w.charts.charts.get(metric)
     return chart.curves[name].series.x.tolist() if chart is not None and name in chart.curves else []
@@ -66,14 +71,16 @@ def test_a_run_resumed_on_another_node_is_one_run_with_one_curve(window, qtbot, 
         finish_crash.wait(30)
         assert "out of memory" in finish_crash.stderr.read()
         finish(start_trainer(tmp_path, TRAINER, other.url, "moved1", "40", "79", "resume", name="b"))
-        w = window([agent_proc.url, other.url])
+        w = window([agent_proc.url])  # node A's run, charted, before the app knows of node B
+        qtbot.waitUntil(lambda: [r.status for r in rows_of(w, "moved1")] == ["crashed"], timeout=15000)
+        select(w, "moved1")
+        qtbot.waitUntil(lambda: len(curve_steps(w, "loss", "moved1")) == 60, timeout=10000)
+        w.links.add(other.url)
         qtbot.waitUntil(lambda: [(r.attempts, len(r.members)) for r in rows_of(w, "moved1")] == [(2, 2)],
                         timeout=15000)
         row, = rows_of(w, "moved1")
         assert (row.key, row.status, row.step) == ((agent_proc.url, "moved1"), "finished", 79)
-        w.table.selectRow(next(i for i in range(w.table_model.rowCount()) if w.table_model.row_at(i) == row))
-        w._on_select()
-        qtbot.waitUntil(lambda: len(curve_steps(w, "loss", "moved1")) == 80, timeout=10000)
+        qtbot.waitUntil(lambda: len(curve_steps(w, "loss", "moved1")) == 80, timeout=10000)  # joined live
         check_one_curve(w, "moved1")
         export_run_csv(w.store, *row.key, tmp_path / "moved.csv")
         with open(tmp_path / "moved.csv", newline="") as f:
@@ -90,8 +97,7 @@ def test_a_resume_on_the_same_node_while_the_app_watches_redraws_live(window, qt
     crash = start_trainer(tmp_path, TRAINER, agent_proc.url, "again2", "0", "59", "crash", name="a")
     qtbot.waitUntil(lambda: [r.status for r in rows_of(w, "again2")] == ["crashed"], timeout=20000)
     crash.wait(10)
-    w.table.selectRow(next(i for i in range(w.table_model.rowCount()) if w.table_model.row_at(i).run_id == "again2"))
-    w._on_select()
+    select(w, "again2")
     qtbot.waitUntil(lambda: len(curve_steps(w, "loss", "again2")) == 60, timeout=10000)
     finish(start_trainer(tmp_path, TRAINER, agent_proc.url, "again2", "40", "79", "resume", name="b"))
     qtbot.waitUntil(lambda: len(curve_steps(w, "loss", "again2")) == 80, timeout=15000)
