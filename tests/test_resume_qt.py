@@ -88,6 +88,9 @@ def test_a_run_resumed_on_another_node_is_one_run_with_one_curve(window, qtbot, 
         assert len(rows) == 2 * 100  # both attempts' points of both metrics: nothing lost
         assert sorted(r[1:] for r in rows if r[0] == "loss") == sorted(
             [(s, "1", "1" if s >= 40 else "0") for s in range(60)] + [(s, "2", "0") for s in range(40, 80)])
+        assert w.remove_from_app([row.key], ask=lambda title, text: "2 runs" in text)  # both nodes' copies
+        qtbot.waitUntil(lambda: w.store.removed() == set(row.members), timeout=10000)
+        assert rows_of(w, "moved1") == [] and [r for r in w.store.runs() if r["id"] == "moved1"] == []
     finally:
         other.stop()
 
