@@ -107,3 +107,14 @@ def test_a_journal_from_before_attempts_counts_each_run_as_one(tmp_path):
     sqlite_utils.Database(path)["runs"].transform(drop={"attempts"})
     reopened = Store(path)
     assert [(r["id"], r["attempts"]) for r in reopened.runs()] == [("old1", 1)]
+
+
+def test_a_run_written_without_attempts_an_import_counts_one_and_resumes_as_two(tmp_path):
+    store = Store(tmp_path / "journal.sqlite")
+    store.db.execute("INSERT INTO runs (id, project, name, kind, status, pid, pid_started) "
+                     "VALUES ('imp1', 'p', 'n', 'train', 'finished', 1, 1.0)")  # as the import desk writes a run
+    store.begin()
+    resume = store.upsert_run({"run": "imp1", "project": "p", "name": "n", "host": "h", "pid": 2, "config": {}}, 2.0)
+    store.commit()
+    assert (resume.attempt, resume.status) == (2, "finished")
+    assert [(r["id"], r["attempts"]) for r in store.runs()] == [("imp1", 2)]

@@ -127,7 +127,7 @@ class Store:
             "ended": float, "last_step": int, "dropped_records": int,
             "dropped_points": int, "lost_records": int, "schema": bytes, "points": int, "bytes": int,
             "removing": float, "attempts": int,
-        }, pk="id", if_not_exists=True)
+        }, pk="id", not_null={"attempts"}, defaults={"attempts": 1}, if_not_exists=True)  # an imported run: 1
         if "attempts" not in db["runs"].columns_dict:  # a journal from before attempts: each run counts as one
             db["runs"].add_column("attempts", int, not_null_default=1)
         # a run's metrics and their last values: a row each, so a turn writes only what changed
