@@ -15,7 +15,7 @@ in the store and are drawn faint, so the curve itself is continuous.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -129,18 +129,22 @@ class Points(NamedTuple):
 
 
 def read_run(store: LocalStore, keys: Sequence[RunKey],
-             runs: Mapping[RunKey, Mapping]) -> tuple[Timeline, list[Points]]:
-    """A run's attempts and every point of its members ``keys``: which points are superseded is known
-    only once every attempt's first step is, so all are read before any is used."""
+             runs: Mapping[RunKey, Mapping]) -> tuple[Timeline, Iterator[Points]]:
+    """A run's attempts and every point of its members ``keys``, a metric at a time (read them in one
+    ``store.snapshot()``).  Which points are superseded is known only once every attempt's first step
+    is: a run resumed is read twice, the first time for those steps, so memory stays one metric's."""
     timeline = Timeline(attempts([(m, runs.get(m, {}), store.events(*m)) for m in keys]))
-    out = []
+    if len(timeline.attempts) > 1:
+        for p in _points(store, keys, timeline):
+            timeline.saw(p.numbers, p.steps)
+    return timeline, _points(store, keys, timeline)
+
+
+def _points(store: LocalStore, keys: Sequence[RunKey], timeline: Timeline) -> Iterator[Points]:
     for member in keys:
         for metric in store.metrics(*member):
             steps, vals, times = store.series(*member, metric)
-            numbers = timeline.numbers(member, times)
-            timeline.saw(numbers, steps)
-            out.append(Points(member, metric, steps, vals, times, numbers))
-    return timeline, out
+            yield Points(member, metric, steps, vals, times, timeline.numbers(member, times))
 
 
 def _number(value: object) -> float:
