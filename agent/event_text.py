@@ -137,6 +137,19 @@ def _status(body: Mapping, asked: Mapping | None) -> str:
     return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
+def resume_label(attempt: Any, host: Any, after: Any) -> str:
+    """``↻ resumed on node-b (attempt 2, after crashed)``: a resume as the charts mark it."""
+    notes = [f"attempt {_step(attempt)}"] + ([f"after {_text(after)}"] if after else [])
+    return f"↻ resumed on {_text(host or '?')} ({', '.join(notes)})"
+
+
+def _resumed(body: Mapping, asked: Mapping | None) -> str:
+    text = resume_label(body["attempt"], body.get("host"), body.get("after"))
+    if body.get("after_step") is not None:
+        text = text[:-1] + f" at step {_step(body['after_step'])})"
+    return text + (f" by pid {_step(body['pid'])}" if body.get("pid") is not None else "")
+
+
 def _command(body: Mapping, asked: Mapping | None) -> str:
     text = _what(body)
     if body.get("at_step") is not None:
@@ -245,7 +258,7 @@ Writer = Callable[[Mapping, "Mapping | None"], str]
 _WRITERS: dict[str, Writer] = {"status": _status, "command": _command, "ack": _ack, "checkpoint": _checkpoint,
                                "alert": _alert, "alert_hook": _alert_hook, "refused": _refused, "loss": _loss,
                                "rules": _rules, "imported": _imported,
-                               "removed": _removed}
+                               "removed": _removed, "resumed": _resumed}
 
 
 # --- helpers ----------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import csv
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
 from pilothouse.wire.checks import INT64_MAX, check_int
@@ -106,21 +106,25 @@ def fmt_bytes(n: int) -> str:
     return f"{value:.3g} {unit}" if value < 999.5 else f"{value:.0f} {unit}"
 
 
-def write_points(pages: Iterator[Any], out: IO[str], fmt: str) -> int:
-    """Long format metric,step,value,wall_time; floats written so they read back bit-exact."""
+def write_points(pages: Iterator[Any], out: IO[str], fmt: str,
+                 extra: Mapping[str, Callable[[Any], Any]] | None = None) -> int:
+    """Long format metric,step,value,wall_time; floats written so they read back bit-exact.
+    ``extra``: more columns, each a function giving an entry's values, one per point (ints)."""
     n = 0
+    extra = extra or {}
     writer = csv.writer(out) if fmt == "csv" else None
     if writer:
-        writer.writerow(["metric", "step", "value", "wall_time"])
+        writer.writerow(["metric", "step", "value", "wall_time", *extra])
     for page in pages:
         for e in page.entries:
             steps, vals, times = entry_points(e)
-            for step, value, wall in zip(steps.tolist(), vals.tolist(), times.tolist()):
+            more = [column(e).tolist() for column in extra.values()]
+            for step, value, wall, *cells in zip(steps.tolist(), vals.tolist(), times.tolist(), *more):
                 if writer:
-                    writer.writerow([csv_cell(e.metric), step, repr(value), repr(wall)])
+                    writer.writerow([csv_cell(e.metric), step, repr(value), repr(wall), *cells])
                 else:
                     out.write(json.dumps({"metric": e.metric, "step": step,
                                           "value": value if math.isfinite(value) else repr(value),
-                                          "wall_time": wall}) + "\n")
+                                          "wall_time": wall, **dict(zip(extra, cells))}) + "\n")
                 n += 1
     return n

@@ -11,10 +11,11 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pilothouse.gui.attempts import members
 from pilothouse.gui.run_columns import CONFIG, FIXED, MISSING, SUMMARY, Column, default_config_columns, ordered
 from pilothouse.wire.metric_order import by_importance, importance
 
-RunKey = tuple[str, str]  # (agent URL, run id): run ids are only unique per agent
+RunKey = tuple[str, str]  # (agent URL, run id): one run resumed on another node is one row (see ``attempts``)
 
 # Lower sorts first: what needs a human goes to the top.
 SEVERITY = {"crashed": 0, "stale": 0, "running": 1, "paused": 2, "finished": 3}
@@ -34,6 +35,8 @@ class RunRow:
     lost_records: int
     created: float
     alerts: int = 0  # rules firing on this run now (pilothouse.gui.alerts)
+    attempts: int = 1  # processes that ran it: a crashed trainer started again with its id is attempt 2
+    members: tuple[RunKey, ...] = ()  # its (agent, id) pairs, first begun first: more than one once it moved nodes
     config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # flattened: dotted keys
     summary: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # metric -> last value
 
@@ -57,6 +60,7 @@ class RunRow:
                    status=run.get("status") or "", step=run.get("last_step"), key_metric=metric,
                    key_value=summary.get(metric) if metric else None, host=run.get("host") or "",
                    lost_records=run.get("lost_records") or 0, created=run.get("created") or 0.0,
+                   attempts=run.get("attempts") if isinstance(run.get("attempts"), int) else 1,
                    config=flatten(config), summary=dict(summary))
 
     def value(self, column: Column) -> Any:
@@ -99,7 +103,8 @@ class RunsModel:
     def __init__(self, include_system: bool = False):
         self.include_system = include_system  # the agents' sys-HOST runs belong to the GPU panel
         self.filter_text = ""
-        self._rows: dict[RunKey, RunRow] = {}
+        self._each: dict[RunKey, RunRow] = {}  # as every agent reports its runs
+        self._rows: dict[RunKey, RunRow] = {}  # one per run, its members joined (``_join``)
         self._alerts: dict[RunKey, int] = {}
         self._selected: list[RunKey] = []
         self._columns: list[Column] | None = None  # the extra columns chosen; None: the default ones
@@ -107,7 +112,7 @@ class RunsModel:
 
     def set_runs(self, runs: Iterable[dict]) -> None:
         """Replace every run (dicts carrying ``agent``, as ``LocalStore.runs()`` returns)."""
-        self._rows = {}
+        self._each = {}
         self._merge(runs, None)
 
     def update_agent(self, agent: str, runs: Iterable[dict]) -> None:
@@ -118,14 +123,25 @@ class RunsModel:
         for run in runs:
             if self.include_system or run.get("kind", "train") == "train":
                 row = RunRow.from_run(run, agent)
-                self._rows[row.key] = replace(row, alerts=self._alerts[row.key]) if row.key in self._alerts else row
+                self._each[row.key] = row
+        self._join()
+
+    def _join(self) -> None:
+        """One row per run: a run resumed on another node shows where it is now (status, step, host,
+        last values: its latest member's) under the key of its first, with every attempt counted."""
+        self._rows = {}
+        for key, keys in members((k, r.project, r.created) for k, r in self._each.items()).items():
+            rows = [self._each[k] for k in keys]
+            first, last = rows[0], rows[-1]
+            self._rows[key] = replace(last, agent=first.agent, name=first.name, created=first.created,
+                                      attempts=sum(r.attempts for r in rows), members=tuple(keys),
+                                      lost_records=sum(r.lost_records for r in rows),
+                                      alerts=sum(self._alerts.get(k, 0) for k in keys))
 
     def set_alerts(self, counts: Mapping[RunKey, int]) -> None:
         """Firing alerts per run (runs left out have none), e.g. ``AlertBook.counts()``."""
         self._alerts = {k: n for k, n in counts.items() if n}
-        for key, row in self._rows.items():
-            if row.alerts != self._alerts.get(key, 0):
-                self._rows[key] = replace(row, alerts=self._alerts.get(key, 0))
+        self._join()
 
     def set_filter(self, text: str) -> None:
         self.filter_text = text.strip()

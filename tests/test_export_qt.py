@@ -81,9 +81,10 @@ def test_run_csv_has_every_point_bit_exact_in_the_cli_format(tmp_path):
 
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    assert rows[0] == ["metric", "step", "value", "wall_time"]
+    assert rows[0] == ["metric", "step", "value", "wall_time", "attempt", "superseded"]  # the CLI's, then two
+    assert {tuple(row[4:]) for row in rows[1:]} == {("1", "0")}  # one attempt: nothing superseded
     by_metric: dict[str, list] = {}
-    for metric, step, value, wall in rows[1:]:
+    for metric, step, value, wall, _, _ in rows[1:]:
         by_metric.setdefault(metric, []).append((int(step), float(value), float(wall)))
     for metric in ("reward/mean", "loss"):
         steps, vals, times = store.series(A, "r1", metric)

@@ -60,7 +60,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"no runs yet on {args.agent}: add `run = pilothouse.init(project=..., name=...)` to a training script")
         return 0
     size = ("SIZE",) if args.size else ()
-    rows = [("ID", "RUN", "STATUS", "STEP", *size, "HOST", "LOST", "ALERTS", "KEY", "LAST VALUES")]
+    rows = [("ID", "RUN", "STATUS", "STEP", *size, "HOST", "LOST", "ATTEMPT", "ALERTS", "KEY", "LAST VALUES")]
     for r in runs:
         lost = max(r["dropped_records"] or 0, r["lost_records"] or 0)
         key, summary = r["key"], r["summary"]  # the agent decides the key: a project's choice, or automatic
@@ -69,7 +69,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         size = (fmt_bytes(r.get("bytes") or 0),) if args.size else ()
         rows.append(tuple(map(printable, (r["id"], f"{r['project']}/{r['name']}", r["status"],
                      "-" if r["last_step"] is None else str(r["last_step"]), *size, r["host"] or "-",
-                     f"{lost} rec" if lost else "0", ",".join(r.get("alerts") or []) or "-", headline, values))))
+                     f"{lost} rec" if lost else "0", str(r.get("attempts") or 1),
+                     ",".join(r.get("alerts") or []) or "-", headline, values))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
@@ -89,8 +90,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
             print(why, file=sys.stderr)
             return EXIT_ERROR
         tail = Tail(terminal_width(), metrics)
+        attempt = f", attempt {row['attempts']}" if (row.get("attempts") or 1) > 1 else ""
         for line in tail.text(f"{row['project']}/{row['name']} ({run}) {row['status']} on {row['host']}, "
-                              f"step {row['last_step']}"):
+                              f"step {row['last_step']}{attempt}"):
             print(line, flush=True)
         if row["summary"] and not args.history:
             for line in tail.values("last", row["summary"]):

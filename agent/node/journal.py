@@ -53,7 +53,7 @@ UNINDEX_ROW_BYTES = 3072
 
 RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "created", "status",
                "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records", "points",
-               "bytes")
+               "bytes", "attempts")
 
 # A run's disk use: the bytes of its entries' blobs plus what a row and its index entry take besides
 # (about 70 bytes for a one-point chunk, measured), kept in ``runs.bytes`` as entries are committed.
@@ -78,6 +78,17 @@ class Mark(NamedTuple):
     dirty_runs: dict
     undo: int
     changes: int  # the connection's total_changes
+
+
+class Resume(NamedTuple):
+    """A run another process now continues: the attempt it begins and what the previous one left."""
+
+    attempt: int
+    status: str  # the previous attempt's status as stored (it may still say running: see the server)
+    host: str  # where the previous attempt ran
+    pid: int
+    pid_started: float | None
+    last_step: int | None  # the furthest step the previous attempt reached
 
 
 @dataclass
@@ -115,8 +126,10 @@ class Store:
             "pid_started": float, "config": bytes, "created": float, "status": str, "last_seen": float,
             "ended": float, "last_step": int, "dropped_records": int,
             "dropped_points": int, "lost_records": int, "schema": bytes, "points": int, "bytes": int,
-            "removing": float, "nodes": bytes,
-        }, pk="id", if_not_exists=True)
+            "removing": float, "attempts": int, "nodes": bytes,
+        }, pk="id", not_null={"attempts"}, defaults={"attempts": 1}, if_not_exists=True)  # an imported run: 1
+        if "attempts" not in db["runs"].columns_dict:  # a journal from before attempts: each run counts as one
+            db["runs"].add_column("attempts", int, not_null_default=1)
         if "nodes" not in db["runs"].columns_dict:  # a journal from before multi-node jobs
             db["runs"].add_column("nodes", bytes)
         # a run's metrics and their last values: a row each, so a turn writes only what changed
@@ -270,18 +283,20 @@ class Store:
 
     # --- runs ---------------------------------------------------------------------------
 
-    def upsert_run(self, hello: dict, now: float, kind: str = "train") -> str | None:
-        """Create or refresh a run.  Returns the status it had if another process now continues
-        it (a resumed run), else None: a repeated hello from the same process changes nothing."""
+    def upsert_run(self, hello: dict, now: float, kind: str = "train") -> Resume | None:
+        """Create or refresh a run.  Returns what the previous attempt left if another process now
+        continues it (a resumed run: ``attempts`` counts it), else None: a repeated hello from the same
+        process changes nothing."""
         run_id = hello["run"]
-        row = self.db.execute("SELECT status, pid, pid_started FROM runs WHERE id=?", [run_id]).fetchone()
+        row = self.db.execute("SELECT status, pid, pid_started, host, last_step, attempts FROM runs WHERE id=?",
+                              [run_id]).fetchone()
         if row is None:
             self.db.execute(
                 f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, config, schema) "
                 f"VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 2))})",
                 [run_id, hello["project"], hello["name"], kind, hello["host"], hello["pid"],
                  hello.get("pid_started"), hello.get("created", now), "running", now, None, None,
-                 0, 0, 0, 0, 0, pack(hello["config"]), pack(hello.get("schema", {}))])
+                 0, 0, 0, 0, 0, 1, pack(hello["config"]), pack(hello.get("schema", {}))])
             self.event(run_id, "status", {"status": "running", "host": hello["host"], "pid": hello["pid"]})
         if "nodes" in hello:  # any rank's list: the job's agents, this one among them
             self.db.execute("UPDATE runs SET nodes=? WHERE id=?", [pack(hello["nodes"]), run_id])
@@ -291,10 +306,22 @@ class Store:
                             "WHERE id=?", [hello["host"], hello["pid"], hello.get("pid_started"), now,
                              pack({**config, **hello["config"]}), pack(hello.get("schema", {})), run_id])
             if (row[1], row[2]) != (hello["pid"], hello.get("pid_started")):
-                self.db.execute("UPDATE runs SET last_step=NULL WHERE id=?", [run_id])  # counts from the resume
-                self._dirty_runs.pop(run_id, None)
-                return row[0]
+                steps = [s for s in (row[4], self._dirty_runs.pop(run_id, None)) if s is not None]
+                last_step = max(steps) if steps else None
+                # the step counts from the resume
+                self.db.execute("UPDATE runs SET last_step=NULL, attempts=? WHERE id=?", [row[5] + 1, run_id])
+                return Resume(row[5] + 1, row[0], row[3], row[1], row[2], last_step)
         return None
+
+    def resume_refusal(self, hello: dict) -> str | None:
+        """Why a hello may not open this run id, or None: a resume continues the same run, so it
+        must name the run's project and name (a different one is a typo'd id or a clash).  A hello
+        named by its id names none (``init`` without ``name``): it continues under the run's name."""
+        row = self.db.execute("SELECT project, name FROM runs WHERE id=?", [hello["run"]]).fetchone()
+        if row is None or row[0] == hello["project"] and hello["name"] in (row[1], hello["run"]):
+            return None
+        return (f"run id {hello['run']!r} is run {row[0]}/{row[1]} on this agent; it cannot be resumed as "
+                f"{hello['project']}/{hello['name']}: resume it with its own project and name, or use another id")
 
     def run_row(self, run_id: str) -> dict | None:
         rows = list(self.db.query("SELECT * FROM runs WHERE id=?", [run_id]))

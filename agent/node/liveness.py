@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from pilothouse.node.journal import Store
+from pilothouse.node.journal import Resume, Store
 
 WATCHED = ("running", "paused", "stale")  # statuses a silence can change
 
@@ -134,6 +134,14 @@ class Session:
     seen: float  # time.monotonic() of its last message
 
 
+def ended_as(resume: Resume, host: str) -> str:
+    """How the attempt a resume follows ended: its status, or, where that still says it was live,
+    crashed when its process is gone from this host, else stale (it went silent)."""
+    if resume.status not in ("running", "paused"):
+        return resume.status
+    return "crashed" if resume.host == host and process_gone(resume.pid, resume.pid_started) else "stale"
+
+
 class Sessions:
     """A run belongs to its process: once a trainer opens (run, rank), records, heartbeats and
     acknowledgements for it are taken only from that session while it lives; a new process takes
@@ -164,6 +172,13 @@ class Sessions:
 
     def open_ranks(self, run: str) -> set[int]:
         return {rank for (name, rank) in self.owners if name == run}
+
+    def put_back(self, run: str, rank: int, owner: Session | None) -> None:
+        """Undo a ``speak`` whose hello was then refused: (run, rank) belongs to whom it did before."""
+        if owner is None:
+            self.owners.pop((run, rank), None)
+        else:
+            self.owners[(run, rank)] = owner
 
     def release(self, run: str, rank: int, session: str) -> None:
         owner = self.owners.get((run, rank))

@@ -29,7 +29,7 @@ from pilothouse.node.disk_space import REMIND_EVERY, DiskSpace, is_disk_full
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.import_desk import ImportDesk
 from pilothouse.node.journal import Store
-from pilothouse.node.liveness import HELLO, Liveness, Session, Sessions
+from pilothouse.node.liveness import HELLO, Liveness, Session, Sessions, ended_as
 from pilothouse.node.recover import corrupt_message, is_corrupt
 from pilothouse.node.retention import Retention
 from pilothouse.node.rules_file import load_rules
@@ -477,12 +477,22 @@ class Agent:
                                f"resume this one once that process is gone")
 
     def _on_hello(self, ident: bytes, msg: dict, now: float) -> None:
+        owner = self.sessions.owners.get((msg["run"], msg["rank"]))
         if not self._owner_speaks(ident, msg, hello=True):
             return
-        before = self.store.upsert_run(msg, now)
-        if before in ("finished", "crashed", "stale"):
-            self.store.set_status(msg["run"], "running", now, reason=f"resumed by pid {msg['pid']}")
-        if before is not None or self.liveness.get(msg["run"]) is None:
+        refusal = self.store.resume_refusal(msg)
+        if refusal is not None:  # refused alone: the run, its owner and its streams stay as they were
+            self.sessions.put_back(msg["run"], msg["rank"], owner)
+            self._bad_input(ident, refusal)
+            return
+        resume = self.store.upsert_run(msg, now)
+        if resume is not None:
+            self.store.event(msg["run"], "resumed", {
+                "attempt": resume.attempt, "host": msg["host"], "pid": msg["pid"], "started": msg.get("created", now),
+                "after": ended_as(resume, self.host), "after_step": resume.last_step})
+            if resume.status in ("finished", "crashed", "stale"):
+                self.store.set_status(msg["run"], "running", now, reason=f"resumed by pid {msg['pid']}")
+        if resume is not None or self.liveness.get(msg["run"]) is None:
             self.liveness.started(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"))
         if msg.get("alerts") is not None and msg["rank"] == 0:
             self.alerts.rules_from_hello(msg["run"], msg["alerts"])

@@ -224,7 +224,12 @@ class MainWindow(QMainWindow):
             entries = [e for e in entries if (url, e.run) not in self.removed]
             runs = None if runs is None else [r for r in runs if (url, r["id"]) not in self.removed]
         if runs is not None:
+            joined = {k: self.runs.row(k) for k in self.runs.selected()}
             self.runs.update_agent(url, runs)
+            if any(row is not None and row.members != getattr(self.runs.row(k), "members", None)
+                   for k, row in joined.items()):  # a charted run resumed on another node: its curves join
+                self.charts.show_runs(self.runs.selected(), self.store)
+                self.charts.show_alerts({k: self._markers(k) for k in self.runs.selected()})
         self.charts.add_entries(url, entries)
         self.system.add_entries(url, entries)
         self.rollouts.add_entries(url, entries)
@@ -357,7 +362,13 @@ class MainWindow(QMainWindow):
             self._notify([], wait=False)
 
     def _markers(self, key: RunKey) -> list[Marker]:
-        """A run's chart markers, those without a step placed at its last step by then."""
+        """A run's chart markers, every node's it ran on (see ``pilothouse.gui.attempts``)."""
+        row = self.runs.row(key)
+        members = (row.members if row is not None else ()) or (key,)
+        return [m for member in members for m in self._member_markers(member)]
+
+    def _member_markers(self, key: RunKey) -> list[Marker]:
+        """One member's chart markers, those without a step placed at its last step by then."""
         marks = self.alert_book.markers(key)
         if any(m.step is None for m in marks) and (metrics := self.store.metrics(*key)):
             row = self.runs.row(key)
@@ -441,6 +452,7 @@ class MainWindow(QMainWindow):
         """File → Remove run from this app…: the selected runs (or ``keys``), once the user agreed
         to what goes and its size, and once more for a live run; True when the removal started."""
         wanted = set(self.runs.selected() if keys is None else keys)
+        wanted |= {m for k in wanted if (row := self.runs.row(k)) is not None for m in row.members}  # every node's
         runs = [r for r in self.store.stored_runs() if r.key in wanted]
         if not runs:
             self.statusBar().showMessage("select a run to remove from this app", 5000)

@@ -26,6 +26,7 @@ from ..palette import PALETTE
 from .theme import current, is_restyle
 
 FAINT_ALPHA = 70  # the raw curve behind a smoothed one
+SUPERSEDED_ALPHA = 130  # a run's points a later attempt logged again: dotted, still readable
 DIM_FACTOR = 0.22  # while one run is highlighted, the others keep this much of their opacity
 EMPHASIS_WIDTH = 2.5
 MARKER_COLOR = "#d62728"  # the ticks of non-finite values (a mark, not text)
@@ -41,6 +42,7 @@ class AlertMark:
     label: str
     tooltip: str
     firing: bool = True
+    resume: bool = False  # where a run was resumed (a new attempt), not an alert
 
 
 @dataclass
@@ -52,6 +54,7 @@ class _Curve:
     ema: Ema | None = None
     label: str = ""  # what the legend and the readout call it (a run's name)
     dashed: bool = False
+    faint: bool = False  # points a later attempt superseded: dotted, behind the run's curve
 
 
 @dataclass
@@ -105,9 +108,9 @@ class ChartWidget(pg.PlotWidget):
         self.restyle()
 
     def add_curve(self, name: str, color: str | None = None, label: str | None = None,
-                  dashed: bool = False) -> Series:
+                  dashed: bool = False, faint: bool = False) -> Series:
         """A new empty curve, colored ``color`` (default: the next palette color), called
-        ``label`` in the readout (default: its name)."""
+        ``label`` in the readout (default: its name); ``faint``: dotted and see-through."""
         if name in self.curves:
             raise ValueError(f"curve {name!r} exists")
         color = color or PALETTE[len(self.curves) % len(PALETTE)]
@@ -116,8 +119,8 @@ class ChartWidget(pg.PlotWidget):
         self.addItem(raw)
         self.addItem(smooth)
         series = Series()
-        curve = _Curve(series, color, raw, smooth, Ema(series, self._smoothing) if self._smoothing else None,
-                       label or name, dashed)
+        curve = _Curve(series, color, raw, smooth, Ema(series, self._smoothing) if self._smoothing and not faint
+                       else None, label or name, dashed, faint)
         self.curves[name] = curve
         self._style(name, curve)
         return curve.series
@@ -207,8 +210,9 @@ class ChartWidget(pg.PlotWidget):
         self._alert_marks = list(marks)
         theme = current()
         for i, mark in enumerate(marks[-MAX_ALERT_LINES:]):
-            color = theme.alert_text if mark.firing else theme.dim_text  # the label is text on the chart
-            style = QtCore.Qt.PenStyle.SolidLine if mark.firing else QtCore.Qt.PenStyle.DotLine
+            color = theme.alert_text if mark.firing and not mark.resume else theme.dim_text  # text on the chart
+            style = QtCore.Qt.PenStyle.DashDotLine if mark.resume else \
+                QtCore.Qt.PenStyle.SolidLine if mark.firing else QtCore.Qt.PenStyle.DotLine
             line = pg.InfiniteLine(pos=mark.x, angle=90, movable=False, pen=pg.mkPen(color, width=1.5, style=style),
                                    label=mark.label.replace("{", "{{").replace("}", "}}"),  # a format string
                                    labelOpts={"position": 0.92 - 0.08 * (i % 4), "color": color})  # staggered
@@ -231,7 +235,7 @@ class ChartWidget(pg.PlotWidget):
         is a second Series per curve, so smoothing doubles the curves' memory while it is on."""
         self._smoothing = alpha
         for name, curve in self.curves.items():
-            curve.ema = Ema(curve.series, alpha) if alpha > 0 else None
+            curve.ema = Ema(curve.series, alpha) if alpha > 0 and not curve.faint else None  # faint: as logged
             self._style(name, curve)
         self.schedule_redraw()
 
@@ -251,9 +255,10 @@ class ChartWidget(pg.PlotWidget):
         while a curve is emphasized, dashed for a run past the palette's colors."""
         dim = DIM_FACTOR if self.emphasis is not None and name != self.emphasis else 1.0
         wide = name == self.emphasis
-        style = QtCore.Qt.PenStyle.DashLine if curve.dashed else QtCore.Qt.PenStyle.SolidLine
+        style = QtCore.Qt.PenStyle.DotLine if curve.faint else \
+            QtCore.Qt.PenStyle.DashLine if curve.dashed else QtCore.Qt.PenStyle.SolidLine
         raw = pg.mkColor(curve.color)
-        raw.setAlpha(round((FAINT_ALPHA if curve.ema is not None else 255) * dim))
+        raw.setAlpha(round((SUPERSEDED_ALPHA if curve.faint else FAINT_ALPHA if curve.ema is not None else 255) * dim))
         smooth = pg.mkColor(curve.color)
         smooth.setAlpha(round(255 * dim))
         curve.raw.setPen(pg.mkPen(raw, width=EMPHASIS_WIDTH if wide and curve.ema is None else 1, style=style))

@@ -27,9 +27,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pilothouse.wire.entries import KIND_METRIC, Entry, entry_points
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, Entry, entry_body, entry_points
 
 from ..alerts import Marker
+from ..attempts import Timeline, member_lists, read_run
 from ..chart_layout import arrange, constant_value, folded_text
 from ..groups import band, group_runs
 from ..local_store import LocalStore
@@ -45,6 +46,7 @@ PINNED = "pinned_charts"  # the store's setting: pinned metric names, in pin ord
 BAND_MS = 1000  # a group's band is recomputed from its runs' points at most this often
 NAME_PATTERN = r"[-_]?seed\d+"  # the first guess of what tells a group's runs apart
 GROUP = "group:"  # a group's curve name: never a run id (ids have no colon)
+OLD = "~superseded"  # a run's points a later attempt logged again: a curve of their own, faint
 
 
 class ChartsPanel(QWidget):
@@ -58,6 +60,8 @@ class ChartsPanel(QWidget):
         self.emphasis: RunKey | None = None  # hovered in the legend
         self.charts: dict[str, ChartWidget] = {}
         self.seen: dict[str, int] = {}  # agent url -> journal id up to which history was loaded
+        self.member_of: dict[RunKey, RunKey] = {}  # each (agent, id) of a charted run -> the run's key
+        self.timelines: dict[RunKey, Timeline] = {}  # a charted run's attempts (``pilothouse.gui.attempts``)
         self.alert_markers: dict[RunKey, list[Marker]] = {}
         self.pinned: list[str] | None = None  # read from the store on the first show_runs
         self.constant: dict[str, float] = {}  # charts whose every curve holds this one value
@@ -129,6 +133,7 @@ class ChartsPanel(QWidget):
         self.charts = {}
         self.constant = {}
         self.points = {}
+        self.timelines = {}
         self._stale_bands = set()
         self.keys = list(keys)
         self.emphasis = None
@@ -145,15 +150,31 @@ class ChartsPanel(QWidget):
             configs = {key: runs.get(key, {}).get("config") or {} for key in self.keys}
             self.labels = run_labels(names)
             self._make_groups(names, configs)
-            for agent in {a for a, _ in keys}:
+            group_of = member_lists(runs)
+            self.member_of = {m: key for key in keys for m in group_of.get(key, [key])}
+            for agent in {a for a, _ in self.member_of}:
                 self.seen[agent] = store.cursor(agent)
             for key in keys:
-                for metric in store.metrics(*key):
-                    steps, vals, times = store.series(*key, metric)
-                    self._append(key, metric, steps, vals, times)
+                self._load(key, group_of.get(key, [key]), runs, store)
         self._update_bands()
         self._show_legend()
         self._layout()
+
+    def _load(self, key: RunKey, keys: list[RunKey], runs: dict[RunKey, dict], store: LocalStore) -> None:
+        """A run's points from every member, each attempt's superseded ones apart."""
+        timeline, points = read_run(store, keys, runs)
+        self.timelines[key] = timeline
+        for p in points:
+            self._append_split(key, p.metric, p.steps, p.vals, p.times, timeline.superseded(p.numbers, p.steps))
+
+    def _append_split(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
+                      old: np.ndarray) -> bool:
+        """The run's curve gets the points no later attempt superseded, its faint curve the others."""
+        made = False
+        if old.any():
+            made = self._append(key, metric, steps[old], vals[old], times[old], faint=True)
+            steps, vals, times = steps[~old], vals[~old], times[~old]
+        return (self._append(key, metric, steps, vals, times) if len(steps) else False) or made
 
     def _make_groups(self, names: dict[RunKey, str], configs: dict[RunKey, dict]) -> None:
         """Offer the config keys that tell the runs apart, and group the runs if asked to."""
@@ -204,14 +225,27 @@ class ChartsPanel(QWidget):
         self._reload()
 
     def add_entries(self, agent: str, entries: list[Entry]) -> None:
-        """Live metric chunks of the charted runs (other runs' entries are ignored)."""
+        """Live metric chunks of the charted runs (other runs' entries are ignored).  A resume, or the
+        first points of an attempt, changes which points are superseded: the charts are read again."""
         added = False
         floor = self.seen.get(agent)
         for e in entries:
-            if e.kind != KIND_METRIC or (agent, e.run) not in self.keys or (floor is not None and e.id <= floor):
+            key = self.member_of.get((agent, e.run))
+            if key is None or e.kind not in (KIND_METRIC, KIND_EVENT) or (floor is not None and e.id <= floor):
+                continue
+            if e.kind == KIND_EVENT:
+                body = entry_body(e)
+                if isinstance(body, dict) and body.get("event") == "resumed":
+                    self._reload()
+                    return
                 continue
             steps, vals, times = entry_points(e)
-            added |= self._append((agent, e.run), e.metric, steps, vals, times)
+            timeline = self.timelines[key]
+            numbers = timeline.numbers((agent, e.run), times)
+            if timeline.saw(numbers, steps):
+                self._reload()
+                return
+            added |= self._append_split(key, e.metric, steps, vals, times, timeline.superseded(numbers, steps))
         if self._stale_bands and not self.band_timer.isActive():
             self.band_timer.start()
         if added:
@@ -246,6 +280,11 @@ class ChartsPanel(QWidget):
                     continue
                 label = f"{'⚠' if m.state == 'firing' else '✓'} {m.rule}" + (f" ({name})" if several else "")
                 marks.append(AlertMark(float(x), label, f"{name}: {m.detail} ({m.state})", m.state == "firing"))
+            for attempt, step in self.timelines[key].resumes() if key in self.timelines else ():
+                x = attempt.started if by_time else step
+                if x is not None:
+                    marks.append(AlertMark(float(x), attempt.label + (f" ({name})" if several else ""),
+                                           f"{name}: {attempt.label}", resume=True))
         chart.set_alert_marks(marks)
 
     def redraw(self) -> None:
@@ -256,8 +295,10 @@ class ChartsPanel(QWidget):
         else:
             self.hint.setText("Select runs on the left to chart them; select several to compare.")
 
-    def _append(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray) -> bool:
-        """Returns True when a new chart was made (the grid needs laying out again)."""
+    def _append(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
+                faint: bool = False) -> bool:
+        """Returns True when a new chart was made (the grid needs laying out again).  ``faint``: points
+        a later attempt superseded (not in a group's band)."""
         chart = self.charts.get(metric)
         new = chart is None
         if new:
@@ -274,11 +315,12 @@ class ChartsPanel(QWidget):
             self._style(chart)
             self._mark(metric, chart)
         if self.groups:
-            return self._append_to_group(key, metric, chart, steps, vals) or new
-        name = key[1]
+            return (not faint and self._append_to_group(key, metric, chart, steps, vals)) or new
+        name = key[1] + (OLD if faint else "")
         if name not in chart.curves:
             slot = self.slots[key]
-            chart.add_curve(name, color=color(slot), label=self.labels.get(key, name), dashed=dashed(slot))
+            label = self.labels.get(key, key[1]) + (" (superseded)" if faint else "")
+            chart.add_curve(name, color=color(slot), label=label, dashed=dashed(slot), faint=faint)
             chart.set_hidden(name, key in self.hidden)
             chart.set_emphasis(_curve(self.emphasis) if self.emphasis is not None else None)
         xs = times if self.x_axis.currentText() == "wall time" else steps.astype(float)
@@ -364,8 +406,9 @@ class ChartsPanel(QWidget):
         else:
             self.hidden.discard(key)
         for chart in self.charts.values():
-            if _curve(key) in chart.curves:
-                chart.set_hidden(_curve(key), hidden)
+            for name in (_curve(key), _curve(key) + OLD):
+                if name in chart.curves:
+                    chart.set_hidden(name, hidden)
 
     def _restyle(self, *_: object) -> None:
         for chart in self.charts.values():

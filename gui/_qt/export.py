@@ -1,11 +1,14 @@
 """Exports from the app: a chart as PNG, a run's metrics as the CLI's CSV.
 
 The CSV is written by ``pilothouse.text.write_points`` itself, so a file saved from the app and one
-from ``pilothouse export`` have the same columns and the same bit-exact float text.
+from ``pilothouse export`` have the same columns and the same bit-exact float text; the app's adds
+``attempt`` and ``superseded`` (1 where a later attempt of the run logged the step again: see
+``pilothouse.gui.attempts``), and holds every member's points of a run resumed on another node.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -14,6 +17,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPen
 from pilothouse.text import write_points
 from pilothouse.wire.entries import KIND_METRIC, Entry, Page
 
+from ..attempts import Points, member_lists, read_run
 from ..local_store import LocalStore
 from .chart import ChartWidget
 from .theme import current
@@ -72,12 +76,19 @@ def _legend_rows(entries: list[tuple[str, str, bool]], metrics: QFontMetrics,
 
 
 def export_run_csv(store: LocalStore, agent: str, run: str, path: str | Path) -> int:
-    """Every point of every metric of the run, in the long format of ``pilothouse export``.
-    Returns the number of points written."""
-    entries = []
-    for metric in store.metrics(agent, run):
-        steps, vals, times = store.series(agent, run, metric)
-        entries.append(Entry(0, run, KIND_METRIC, metric, 0, len(steps), steps.tobytes(), vals.tobytes(),
-                             times.tobytes(), None))
-    with open(path, "w", newline="") as out:
-        return write_points(iter([Page(entries, 0)]), out, "csv")
+    """Every point of every metric of the run, every attempt's, in the long format of ``pilothouse
+    export`` with ``attempt`` and ``superseded`` after it.  Returns the number of points written.
+    A page per member's metric, read as it is written: memory stays one metric's."""
+    with store.snapshot(), open(path, "w", newline="") as out:
+        runs = {(r["agent"], r["id"]): r for r in store.runs()}
+        timeline, points = read_run(store, member_lists(runs).get((agent, run), [(agent, run)]), runs)
+        shown: list[Points] = []  # the metric being written: its page's entry is made from it
+
+        def pages() -> Iterator[Page]:
+            for p in points:
+                shown[:] = [p]
+                yield Page([Entry(0, run, KIND_METRIC, p.metric, 0, len(p.steps), p.steps.tobytes(),
+                                  p.vals.tobytes(), p.times.tobytes(), None)], 0)
+        return write_points(pages(), out, "csv", {
+            "attempt": lambda _: shown[0].numbers,
+            "superseded": lambda _: timeline.superseded(shown[0].numbers, shown[0].steps).astype(int)})

@@ -111,7 +111,9 @@ class RunsTableModel(QAbstractTableModel):
 
 
 def _run_tip(row: RunRow) -> str:
-    return f"{row.title} ({row.run_id}) on {row.host or '?'} via {row.agent}"
+    via = ", ".join(dict.fromkeys(agent for agent, _ in row.members)) or row.agent
+    attempts = f", attempt {row.attempts}" if row.attempts > 1 else ""
+    return f"{row.title} ({row.run_id}) on {row.host or '?'} via {via}{attempts}"
 
 
 def _header_tip(column: Column) -> str:
@@ -131,7 +133,8 @@ def _cell(row: RunRow, column: str) -> str:
     if column == "run":
         return row.title
     if column == "step":
-        return "" if row.step is None else str(row.step)
+        attempt = f" ↻{row.attempts}" if row.attempts > 1 else ""  # resumed: attempt 2, 3, ...
+        return ("" if row.step is None else str(row.step)) + attempt
     if column == "key metric":
         return "" if row.key_value is None else f"{row.key_metric} {row.key_value:.4g}"
     if column == "host":
