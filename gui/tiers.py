@@ -39,6 +39,7 @@ WIDTHS = [BASE * FANOUT ** level for level in range(LEVELS)]
 BLOCK = 128  # buckets per stored row: a live append rewrites at most ~12 KB per level
 MIGRATE_ROWS = 2000  # entries folded at a time when a store from before the tiers is opened
 PER_COLUMN = 2  # the chosen level has at least this many buckets per pixel column
+_NO_IDS = np.empty(0, np.int64)
 _NONE = np.iinfo(np.int64).max  # the step of a non-finite value in a bucket that has none
 
 RECORD = np.dtype([("bucket", "<i8"), ("count", "<i8"), ("bad", "<i8"), ("xbad", "<i8"),
@@ -170,13 +171,15 @@ class Tiers:
             old = [rec for rec, _ in stored.values()]
             merged = reduce(np.concatenate([*old, new])) if old else new  # stored ones arrived first
             cuts = np.flatnonzero(np.diff(np.floor_divide(merged["bucket"], BLOCK))) + 1
-            rows = []
+            touched, rows = set(blocks.tolist()), []
             for part in np.split(merged, cuts):
                 block = int(part["bucket"][0] // BLOCK)
+                if block not in touched:  # a stored block between two new ones (an out-of-order page)
+                    continue
                 got = None
                 if level == 0:
-                    before = stored.get(block, (None, None))[1]
-                    got = listed[block] if before is None else np.union1d(before, listed[block])
+                    before = stored[block][1] if block in stored else _NO_IDS
+                    got = np.union1d(before, listed.get(block, _NO_IDS))
                 rows.append((*key, block, part.tobytes(), None if got is None else got.tobytes()))
             self.db.conn.executemany("INSERT OR REPLACE INTO tiers VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
@@ -206,6 +209,8 @@ class Tiers:
              raw: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> TierView:
         """The points to draw steps x0..x1 on ``pixels`` columns (see ``TierView``); ``raw`` gives
         (steps, vals) of entry ids, in arrival order, for the finest zoom."""
+        if not (np.isfinite(x0) and np.isfinite(x1)):
+            raise ValueError(f"a view's x range must be finite: {x0}..{x1}")
         if x1 < x0:
             x0, x1 = x1, x0
         pixels = max(int(pixels), 1)
