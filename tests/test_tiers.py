@@ -60,12 +60,18 @@ def brute(steps: np.ndarray, vals: np.ndarray, lo: int, hi: int) -> tuple[float,
     return finite.min(), finite.max(), steps[inside & ~np.isfinite(vals)]
 
 
-def test_tier_views_are_exact_per_column(tmp_path):
-    rng = np.random.default_rng(7)
-    steps, vals = spiky(rng, 60_000)
-    store = LocalStore(tmp_path / "s.sqlite")
-    page = entries(steps, vals, split(rng, len(steps), 12))
+def one_page(path, seed: int, n: int, pieces: int, resumed: bool = True):
+    """A store at ``path`` holding one page of a spiky metric in ``pieces`` entries."""
+    rng = np.random.default_rng(seed)
+    steps, vals = spiky(rng, n, resumed)
+    store = LocalStore(path)
+    page = entries(steps, vals, split(rng, len(steps), pieces))
     store.write_page(A, page, len(page))
+    return store, steps, vals, page, rng
+
+
+def test_tier_views_are_exact_per_column(tmp_path):
+    store, steps, vals, _, rng = one_page(tmp_path / "s.sqlite", 7, 60_000, 12)
     top = int(steps.max())
     views = [(0, top, 800), (0, top, 37), (1000, 90_000, 300), (50_123, 61_777, 97), (10_000_000, top, 640)]
     views += [tuple(sorted(rng.integers(0, top, 2).tolist())) + (int(rng.integers(20, 1500)),) for _ in range(12)]
@@ -95,11 +101,7 @@ def test_tier_views_are_exact_per_column(tmp_path):
 
 
 def test_finest_zoom_reads_the_raw_points(tmp_path):
-    rng = np.random.default_rng(3)
-    steps, vals = spiky(rng, 20_000, resumed=False)
-    store = LocalStore(tmp_path / "s.sqlite")
-    page = entries(steps, vals, split(rng, len(steps), 9))
-    store.write_page(A, page, len(page))
+    store, steps, vals, _, _ = one_page(tmp_path / "s.sqlite", 3, 20_000, 9, resumed=False)
     x0, x1 = 12_000, 12_600
     view = store.view(A, "r1", "loss", x0, x1, 400)
     assert view.level == -1 == level_for(x0, x1, 400)
@@ -112,11 +114,7 @@ def test_finest_zoom_reads_the_raw_points(tmp_path):
 
 
 def test_pages_in_pieces_and_resent_equal_a_one_shot_build(tmp_path):
-    rng = np.random.default_rng(11)
-    steps, vals = spiky(rng, 30_000)
-    one = LocalStore(tmp_path / "one.sqlite")
-    page = entries(steps, vals, split(rng, len(steps), 40))
-    one.write_page(A, page, len(page))
+    one, steps, vals, page, rng = one_page(tmp_path / "one.sqlite", 11, 30_000, 40)
     many = LocalStore(tmp_path / "many.sqlite")
     at = 0
     for size in split(rng, len(page), 15):
