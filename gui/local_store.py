@@ -297,6 +297,10 @@ class LocalStore:
         buckets per column whatever the run's length (see ``pilothouse.gui.tiers``)."""
         return self.tiers.view(agent, run, metric, x0, x1, pixels, lambda ids: self._points(agent, ids))
 
+    def nearest(self, agent: str, run: str, metric: str, xq: float) -> tuple[float, float] | None:
+        """The stored point of a metric whose step is nearest xq, read around it (a crosshair)."""
+        return self.tiers.nearest(agent, run, metric, xq, lambda ids: self._points(agent, ids))
+
     def _points(self, agent: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of these metric entries, in arrival order."""
         rows = self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND id IN "

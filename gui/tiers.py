@@ -108,8 +108,8 @@ def _regroup(rec: np.ndarray, width: int) -> np.ndarray:
 
 @dataclass
 class TierView:
-    """What a chart draws for one curve: ``xs``/``ys`` (per column its min and max at their steps,
-    ordered by step, a NaN after a column holding a non-finite value; or the raw points), the
+    """What a chart draws for one curve: ``xs``/``ys`` (per column its first point, min, max and
+    last point at their steps, a NaN after a column holding a non-finite value; or the raw points), the
     x of non-finite values (one per column) for markers, and per column its step range
     [starts, stops), min and max (empty when the raw points were read)."""
 
@@ -229,19 +229,44 @@ class Tiers:
         return TierView(xs, ys, cols["xbad"][cols["bad"] > 0].astype(np.float64), level, starts, stops,
                         cols["min"], cols["max"])
 
+    def nearest(self, agent: str, run: str, metric: str, xq: float,
+                raw: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> tuple[float, float] | None:
+        """The stored point whose step is nearest xq (a crosshair readout): among the raw points
+        of the blocks around xq, else among the first and last points of ever wider buckets."""
+        steps, vals = self._raw_points(agent, run, metric, xq, xq, raw)
+        if not len(steps):
+            for level, width in enumerate(WIDTHS):
+                rec = self.buckets(agent, run, metric, level, xq - width * BLOCK, xq + width * BLOCK)
+                if len(rec):
+                    steps, vals = np.concatenate([rec["xfirst"], rec["xlast"]]), np.concatenate([rec["first"],
+                                                                                                  rec["last"]])
+                    break
+        if not len(steps):
+            return None
+        i = int(np.argmin(np.abs(steps.astype(np.float64) - xq)))
+        return float(steps[i]), float(vals[i])
+
+    def _raw_points(self, agent: str, run: str, metric: str, x0: float, x1: float,
+                    raw: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, vals) of x0..x1 and a level-0 block either side, sorted by step (equal steps
+        in arrival order), from the entries the level-0 blocks list."""
+        span = WIDTHS[0] * BLOCK
+        rows = self._rows((agent, run, metric, 0), int(np.floor(x0 / span)) - 1, int(np.floor(x1 / span)) + 1)
+        ids = np.unique(np.concatenate([i for _, _, i in rows])) if rows else _NO_IDS
+        if not len(ids):
+            return _NO_IDS, np.empty(0)
+        steps, vals = raw(ids)
+        near = (steps >= x0 - span) & (steps <= x1 + span)
+        order = np.argsort(steps[near], kind="stable")
+        return steps[near][order], vals[near][order]
+
     def _raw_view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int,
                   raw: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> TierView:
         """Zoomed past level 0: the points of the entries touching the range (and a block either
         side, for the line to the edges), drawn through a Series."""
-        span = WIDTHS[0] * BLOCK
-        rows = self._rows((agent, run, metric, 0), int(np.floor(x0 / span)) - 1, int(np.floor(x1 / span)) + 1)
-        ids = np.unique(np.concatenate([i for _, _, i in rows])) if rows else np.empty(0, np.int64)
+        steps, vals = self._raw_points(agent, run, metric, x0, x1, raw)
         series = Series()
-        if len(ids):
-            steps, vals = raw(ids)
-            near = (steps >= x0 - span) & (steps <= x1 + span)
-            order = np.argsort(steps[near], kind="stable")
-            series.append(steps[near][order].astype(np.float64), vals[near][order])
+        series.append(steps.astype(np.float64), vals)
         xs, ys = series.view(x0, x1, pixels)
         empty = np.empty(0)
         return TierView(xs, ys, series.nonfinite(x0, x1), -1, empty.astype(np.int64), empty.astype(np.int64),
@@ -258,20 +283,19 @@ def _ids_by_block(blocks: np.ndarray, ids: np.ndarray) -> dict[int, np.ndarray]:
 
 
 def _envelope(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per column its min and max at their own steps (in step order), then a NaN where the
-    column holds a non-finite value; a column of only non-finite values is just the gap."""
+    """Per column its first point, min, max and last point at their own steps (in step order;
+    a non-finite first or last left out), then a NaN where the column holds a non-finite value:
+    the line runs through every column's extremes and joins the columns where the data does."""
     n = len(cols)
-    lo_first = cols["xmin"] <= cols["xmax"]
-    x = np.empty((n, 3))
-    y = np.empty((n, 3))
-    x[:, 0] = np.where(lo_first, cols["xmin"], cols["xmax"])
-    x[:, 1] = np.where(lo_first, cols["xmax"], cols["xmin"])
-    y[:, 0] = np.where(lo_first, cols["min"], cols["max"])
-    y[:, 1] = np.where(lo_first, cols["max"], cols["min"])
-    x[:, 2], y[:, 2] = x[:, 1], np.nan
-    keep = np.ones((n, 3), bool)
-    keep[:, 2] = cols["bad"] > 0
-    finite = ~np.isnan(cols["min"])
-    keep[:, 0] &= finite
-    keep[:, 1] &= finite
+    x = np.empty((n, 5))
+    y = np.empty((n, 5))
+    for i, field in enumerate(("first", "min", "max", "last")):
+        x[:, i], y[:, i] = cols["x" + field], cols[field]
+    order = np.argsort(x[:, :4], axis=1, kind="stable")
+    x[:, :4] = np.take_along_axis(x[:, :4], order, axis=1)
+    y[:, :4] = np.take_along_axis(y[:, :4], order, axis=1)
+    x[:, 4], y[:, 4] = x[:, 3], np.nan
+    keep = np.ones((n, 5), bool)
+    keep[:, :4] = np.isfinite(y[:, :4])
+    keep[:, 4] = cols["bad"] > 0
     return x[keep], y[keep]

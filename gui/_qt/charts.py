@@ -36,6 +36,7 @@ from ..local_store import LocalStore
 from ..lod import Series
 from ..models import RunKey, config_diff, run_labels
 from ..palette import RunColors, color, dashed
+from ..stored_series import STORED_POINTS, StoredSeries
 from .chart import AlertMark, ChartWidget
 from .legend import RunLegend
 
@@ -92,6 +93,7 @@ class ChartsPanel(QWidget):
         self.x_axis.addItems(["step", "wall time"])
         self.x_axis.currentTextChanged.connect(self._reload)
         self._store: LocalStore | None = None
+        self.stored_points = STORED_POINTS  # a longer stored metric is charted from the tiers
         controls = QHBoxLayout()
         controls.addWidget(QLabel("smoothing"))
         controls.addWidget(self.smoothing)
@@ -149,11 +151,22 @@ class ChartsPanel(QWidget):
                 self.seen[agent] = store.cursor(agent)
             for key in keys:
                 for metric in store.metrics(*key):
-                    steps, vals, times = store.series(*key, metric)
-                    self._append(key, metric, steps, vals, times)
+                    stored = self._stored(store, key, metric)
+                    if stored is not None:  # too long to hold: drawn from the store's tiers
+                        self._append(key, metric, *_NO_POINTS, stored=stored)
+                    else:
+                        self._append(key, metric, *store.series(*key, metric))
         self._update_bands()
         self._show_legend()
         self._layout()
+
+    def _stored(self, store: LocalStore, key: RunKey, metric: str) -> StoredSeries | None:
+        """A curve read from the tiers for a metric of more than ``stored_points`` points, on the
+        step axis and ungrouped (wall time, groups and smoothing need the points in memory)."""
+        if self.groups or self.x_axis.currentText() != "step":
+            return None
+        stored = StoredSeries(store, *key, metric)
+        return stored if len(stored) > self.stored_points else None
 
     def _make_groups(self, names: dict[RunKey, str], configs: dict[RunKey, dict]) -> None:
         """Offer the config keys that tell the runs apart, and group the runs if asked to."""
@@ -256,8 +269,10 @@ class ChartsPanel(QWidget):
         else:
             self.hint.setText("Select runs on the left to chart them; select several to compare.")
 
-    def _append(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray) -> bool:
-        """Returns True when a new chart was made (the grid needs laying out again)."""
+    def _append(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
+                stored: StoredSeries | None = None) -> bool:
+        """Returns True when a new chart was made (the grid needs laying out again); ``stored``
+        makes the run's curve one read from the store's tiers."""
         chart = self.charts.get(metric)
         new = chart is None
         if new:
@@ -278,7 +293,8 @@ class ChartsPanel(QWidget):
         name = key[1]
         if name not in chart.curves:
             slot = self.slots[key]
-            chart.add_curve(name, color=color(slot), label=self.labels.get(key, name), dashed=dashed(slot))
+            chart.add_curve(name, color=color(slot), label=self.labels.get(key, name), dashed=dashed(slot),
+                            series=stored)
             chart.set_hidden(name, key in self.hidden)
             chart.set_emphasis(_curve(self.emphasis) if self.emphasis is not None else None)
         xs = times if self.x_axis.currentText() == "wall time" else steps.astype(float)
@@ -375,6 +391,9 @@ class ChartsPanel(QWidget):
         chart.set_smoothing(self.smoothing.value() / 100)
         chart.set_log_y(self.log_y.isChecked())
 
+
+
+_NO_POINTS = (np.empty(0, np.int64), np.empty(0), np.empty(0))
 
 
 def _curve(key: RunKey | str) -> str:
