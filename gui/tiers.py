@@ -99,6 +99,29 @@ def reduce(rec: np.ndarray) -> np.ndarray:
     return out
 
 
+def first_level(steps: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """Level 0 of these points: ``_regroup(points(steps, vals), BASE)``, computed on the plain
+    arrays when the steps do not go back (the usual page), which costs a third as much."""
+    if len(steps) < 2 or (np.diff(steps) < 0).any():
+        return _regroup(points(steps, vals), BASE)
+    starts = np.flatnonzero(np.diff(np.floor_divide(steps, BASE), prepend=steps[0] // BASE - 1))
+    ends = np.append(starts[1:], len(steps))
+    finite = np.isfinite(vals)
+    clean = np.where(finite, vals, np.nan)
+    out = np.empty(len(starts), RECORD)
+    out["bucket"] = np.floor_divide(steps[starts], BASE)
+    out["count"] = ends - starts
+    out["bad"] = np.add.reduceat(~finite, starts)
+    out["xbad"] = np.minimum.reduceat(np.where(finite, _NONE, steps), starts)
+    out["first"], out["xfirst"] = vals[starts], steps[starts]  # sorted: the earliest arrival at the lowest step
+    out["last"], out["xlast"] = vals[ends - 1], steps[ends - 1]
+    for field, fold in (("min", np.fmin), ("max", np.fmax)):
+        best = fold.reduceat(clean, starts)
+        x = np.minimum.reduceat(np.where(clean == np.repeat(best, ends - starts), steps, _NONE), starts)
+        out[field], out["x" + field] = best, np.where(np.isnan(best), steps[starts], x)
+    return out
+
+
 def _regroup(rec: np.ndarray, width: int) -> np.ndarray:
     """Records of a finer level (or raw points) folded into buckets of ``width`` steps."""
     out = rec.copy()
@@ -161,10 +184,11 @@ class Tiers:
                 self.add(agent, chunk)
 
     def _add(self, agent: str, run: str, metric: str, steps: np.ndarray, vals: np.ndarray, ids: np.ndarray) -> None:
-        new = points(steps, vals)
         listed = _ids_by_block(np.floor_divide(steps, WIDTHS[0] * BLOCK), ids)
+        new = first_level(steps, vals)
         for level, width in enumerate(WIDTHS):
-            new = _regroup(new, width)
+            if level:
+                new = _regroup(new, width)
             key = (agent, run, metric, level)
             blocks = np.floor_divide(new["bucket"], BLOCK)
             stored = {b: (rec, got) for b, rec, got in self._rows(key, int(blocks[0]), int(blocks[-1]))}

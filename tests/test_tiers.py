@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pilothouse.gui.local_store import LocalStore
-from pilothouse.gui.tiers import BASE, BLOCK, WIDTHS, level_for
+from pilothouse.gui.tiers import BASE, BLOCK, WIDTHS, first_level, level_for, points, reduce
 from pilothouse.wire.entries import Entry
 
 A = "tcp://127.0.0.1:7001"
@@ -177,3 +177,19 @@ def test_widths_and_blocks_fit_the_promise():
     for span in (10**6, 10**8, 10**9):
         level = level_for(0, span, 1400)
         assert span / WIDTHS[level] / 1400 < 2 * 4 and span / WIDTHS[level] / BLOCK < 100
+
+
+def test_the_sorted_fast_path_equals_the_general_fold():
+    rng = np.random.default_rng(9)
+    steps = np.sort(rng.integers(0, 5_000, 20_000))  # repeated steps, empty and crowded buckets
+    vals = rng.standard_normal(len(steps))
+    vals[rng.integers(0, len(vals), 300)] = np.nan
+    vals[100:140] = np.inf  # whole buckets without a finite value
+    vals[rng.integers(0, len(vals), 50)] = -0.0
+    assert first_level(steps, vals).tobytes() == reduce(_with_buckets(points(steps, vals), BASE)).tobytes()
+
+
+def _with_buckets(rec: np.ndarray, width: int) -> np.ndarray:
+    rec = rec.copy()
+    rec["bucket"] //= width
+    return rec
