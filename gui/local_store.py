@@ -45,7 +45,7 @@ from pilothouse.db import open_db, transaction
 from pilothouse.gui.tiers import Tiers, TierView
 from pilothouse.rollout_search import Hit, RolloutSearch
 from pilothouse.wire.checks import INT64_MAX
-from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks, unpack_blob
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, Entry, join_chunks, unpack_blob
 from pilothouse.wire.messages import pack
 
 ENV_APP_DATA = "PILOTHOUSE_APP_DATA"  # a folder; the store is store.sqlite inside it
@@ -62,6 +62,7 @@ BATCH_SECONDS = 0.01
 BATCH_ROWS = 5000
 FIRST_BATCH = 64
 BATCH_PAUSE = 0.02
+STREAM_ROWS = 256  # entries an export holds at a time
 INDEX_TEXT_BYTES = 256 * 1024  # rollout text one indexing transaction takes: about 12 ms
 # An entry's share of the file: its blobs and names plus about what SQLite spends per row in
 # the table and its two indexes.
@@ -291,6 +292,16 @@ class LocalStore:
         rows = self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND run=? AND kind=? "
                                "AND metric=? ORDER BY id", [agent, run, KIND_METRIC, metric]).fetchall()
         return join_chunks(rows)
+
+    def metric_entries(self, agent: str, run: str, rows: int = STREAM_ROWS) -> Iterator[list[Entry]]:
+        """Every metric entry of a run, by metric then in arrival order, ``rows`` at a time: an
+        export streams a run of any length without holding it."""
+        for metric in self.metrics(agent, run):
+            found = self.db.execute("SELECT id, run, kind, metric, rank, n, steps, vals, times, body FROM entries "
+                                    "WHERE agent=? AND run=? AND kind=? AND metric=? ORDER BY id",
+                                    [agent, run, KIND_METRIC, metric])
+            while chunk := found.fetchmany(rows):
+                yield [Entry(*row) for row in chunk]
 
     def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int) -> TierView:
         """What a chart draws of steps x0..x1 on ``pixels`` columns, read from the tiers: a few

@@ -148,3 +148,13 @@ def test_connections_opening_a_new_store_together_all_succeed(tmp_path):
         for t in threads:
             t.join()
     assert errors == []
+
+
+def test_metric_entries_stream_a_run_a_few_rows_at_a_time(tmp_path):
+    store = LocalStore(tmp_path / "s.sqlite")
+    store.write_page(A, page(), 5)
+    store.write_page(A, [chunk(6, "r2", "loss", [0], [1.0]), chunk(7, "r1", "loss", [3, 4], [0.5, 0.25])], 7)
+    batches = list(store.metric_entries(A, "r1", rows=1))
+    assert [[(e.id, e.metric) for e in b] for b in batches] == [[(2, "loss")], [(7, "loss")], [(1, "reward/mean")],
+                                                                [(4, "reward/mean")]]
+    assert b"".join(e.vals for b in batches for e in b if e.metric == "reward/mean") == SPECIAL.tobytes()

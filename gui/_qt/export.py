@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPen
 
 from pilothouse.text import write_points
-from pilothouse.wire.entries import KIND_METRIC, Entry, Page
+from pilothouse.wire.entries import Page
 
 from ..local_store import LocalStore
 from .chart import ChartWidget
@@ -72,12 +72,7 @@ def _legend_rows(entries: list[tuple[str, str, bool]], metrics: QFontMetrics,
 
 
 def export_run_csv(store: LocalStore, agent: str, run: str, path: str | Path) -> int:
-    """Every point of every metric of the run, in the long format of ``pilothouse export``.
-    Returns the number of points written."""
-    entries = []
-    for metric in store.metrics(agent, run):
-        steps, vals, times = store.series(agent, run, metric)
-        entries.append(Entry(0, run, KIND_METRIC, metric, 0, len(steps), steps.tobytes(), vals.tobytes(),
-                             times.tobytes(), None))
+    """Every point of every metric of the run, in the long format of ``pilothouse export``,
+    streamed from the store a few hundred entries at a time.  Returns the number of points written."""
     with open(path, "w", newline="") as out:
-        return write_points(iter([Page(entries, 0)]), out, "csv")
+        return write_points((Page(entries, 0) for entries in store.metric_entries(agent, run)), out, "csv")
