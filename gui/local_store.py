@@ -42,6 +42,7 @@ import numpy as np
 import platformdirs
 
 from pilothouse.db import open_db, transaction
+from pilothouse.gui.tiers import Tiers, TierView
 from pilothouse.rollout_search import Hit, RolloutSearch
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks, unpack_blob
@@ -128,6 +129,7 @@ class LocalStore:
         self.path = Path(path) if path is not None else default_path()
         self.db = open_db(self.path)
         self.rollout_search = RolloutSearch(self.db, "entries", "rowid", ("agent", "run"))
+        self.tiers = Tiers(self.db)
         self._create_tables()
 
     def _create_tables(self) -> None:
@@ -154,6 +156,9 @@ class LocalStore:
             for trigger in _TRIGGERS:
                 db.execute(trigger)
             self.rollout_search.create()
+            if not self.db["tiers"].exists():  # a store from before the tiers: build them once
+                self.tiers.create()
+                self.tiers.add_all()
 
     def close(self) -> None:
         self.db.conn.close()
@@ -175,7 +180,7 @@ class LocalStore:
         with transaction(self.db):
             self.rollout_search.unindex([k for (k,) in self.db.execute(
                 "SELECT rowid FROM entries WHERE agent=? AND kind=?", [url, KIND_ROLLOUTS])])
-            for table in ("entries", "runs", "run_bytes", "removed_runs"):
+            for table in ("entries", "tiers", "runs", "run_bytes", "removed_runs"):
                 self.db.execute(f"DELETE FROM {table} WHERE agent=?", [url])
             self.db.execute("DELETE FROM agents WHERE url=?", [url])
 
@@ -194,7 +199,7 @@ class LocalStore:
             if old == journal:
                 return False
             if old:
-                for table in ("entries", "runs", "run_bytes", "removed_runs", "rollout_batches"):
+                for table in ("entries", "tiers", "runs", "run_bytes", "removed_runs", "rollout_batches"):
                     self.db.execute(f"UPDATE {table} SET agent=? WHERE agent=?", [f"{url}#{old[:8]}", url])
                 self.db.execute("UPDATE agents SET journal=?, cursor=0 WHERE url=?", [journal, url])
                 return True
@@ -213,9 +218,11 @@ class LocalStore:
         """Entries as received (fields in protocol.ENTRY_FIELDS order) and the cursor they
         reach, in one transaction.  Re-writing a page is harmless."""
         with transaction(self.db):
-            if entries:
-                self.db.conn.executemany("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                                         [(url, *e) for e in entries])
+            insert = self.db.conn.cursor()
+            stored = [e for e in entries  # what was not stored before (nor dropped for a removed run)
+                      if insert.execute("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                                        (url, *e)).rowcount == 1]
+            self.tiers.add(url, stored)
             self.db.execute("INSERT INTO agents (url, added, cursor, remembered) VALUES (?, ?, ?, 0) "
                             "ON CONFLICT(url) DO UPDATE SET cursor=MAX(cursor, excluded.cursor)",
                             [url, time.time(), cursor])
@@ -284,6 +291,22 @@ class LocalStore:
         rows = self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND run=? AND kind=? "
                                "AND metric=? ORDER BY id", [agent, run, KIND_METRIC, metric]).fetchall()
         return join_chunks(rows)
+
+    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int) -> TierView:
+        """What a chart draws of steps x0..x1 on ``pixels`` columns, read from the tiers: a few
+        buckets per column whatever the run's length (see ``pilothouse.gui.tiers``)."""
+        return self.tiers.view(agent, run, metric, x0, x1, pixels, lambda ids: self._points(agent, ids))
+
+    def nearest(self, agent: str, run: str, metric: str, xq: float) -> tuple[float, float] | None:
+        """The stored point of a metric whose step is nearest xq, read around it (a crosshair)."""
+        return self.tiers.nearest(agent, run, metric, xq, lambda ids: self._points(agent, ids))
+
+    def _points(self, agent: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of these metric entries, in arrival order."""
+        rows = self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND id IN "
+                               "(SELECT value FROM json_each(?)) ORDER BY id", [agent, str(ids.tolist())]).fetchall()
+        steps, vals, _ = join_chunks(rows)
+        return steps, vals
 
     def events(self, agent: str, run: str) -> list[dict]:
         """Status changes, commands, checkpoints and losses, oldest first."""
@@ -370,25 +393,27 @@ class LocalStore:
             self._write_setting("selection", [list(k) for k in self.selection() if k not in keys])
 
     def _purge(self, key: tuple[str, str], batch: int) -> None:
-        """Delete a marked run's entries, at most ``batch`` rows and about BATCH_SECONDS per
-        transaction; the last one also clears its counter and the pending flag.  No entry of the
-        run can arrive meanwhile (a trigger)."""
+        """Delete a marked run's entries, then its tier rows, at most ``batch`` rows and about
+        BATCH_SECONDS per transaction; the last one also clears its counter and the pending flag.
+        No entry of the run can arrive meanwhile (a trigger)."""
         rows = min(batch, FIRST_BATCH)
-        while True:
-            started = time.perf_counter()
-            with transaction(self.db):
-                doomed = self.db.execute("SELECT rowid, kind FROM entries WHERE agent=? AND run=? LIMIT ?",
-                                         [*key, rows]).fetchall()
-                self.rollout_search.unindex([k for k, kind in doomed if kind == KIND_ROLLOUTS])
-                gone = self.db.execute(f"DELETE FROM entries WHERE rowid IN ({','.join('?' * len(doomed))})",
-                                       [k for k, _ in doomed]).rowcount
+        for table in ("entries", "tiers"):
+            while True:
+                started = time.perf_counter()
+                with transaction(self.db):
+                    doomed = self.db.execute(f"SELECT rowid, {'kind' if table == 'entries' else 'NULL'} FROM {table} "
+                                             "WHERE agent=? AND run=? LIMIT ?", [*key, rows]).fetchall()
+                    self.rollout_search.unindex([k for k, kind in doomed if kind == KIND_ROLLOUTS])
+                    gone = self.db.execute(f"DELETE FROM {table} WHERE rowid IN ({','.join('?' * len(doomed))})",
+                                           [k for k, _ in doomed]).rowcount
+                    if gone < rows and table == "tiers":
+                        self.db.execute("DELETE FROM run_bytes WHERE agent=? AND run=?", key)
+                        self.db.execute("UPDATE removed_runs SET pending=0 WHERE agent=? AND run=?", key)
                 if gone < rows:
-                    self.db.execute("DELETE FROM run_bytes WHERE agent=? AND run=?", key)
-                    self.db.execute("UPDATE removed_runs SET pending=0 WHERE agent=? AND run=?", key)
-                    return
-            took = max(time.perf_counter() - started, 1e-6)
-            rows = max(1, min(batch, rows * 2, int(rows * BATCH_SECONDS / took)))
-            time.sleep(BATCH_PAUSE)
+                    break
+                took = max(time.perf_counter() - started, 1e-6)
+                rows = max(1, min(batch, rows * 2, int(rows * BATCH_SECONDS / took)))
+                time.sleep(BATCH_PAUSE)
 
 
 def _title(run: dict) -> str:

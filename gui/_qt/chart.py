@@ -21,6 +21,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore
 
 from pilothouse.gui.lod import Ema, Series
+from pilothouse.gui.stored_series import StoredSeries
 
 from ..palette import PALETTE
 from .theme import current, is_restyle
@@ -47,7 +48,7 @@ class AlertMark:
 
 @dataclass
 class _Curve:
-    series: Series
+    series: Series | StoredSeries
     color: str
     raw: pg.PlotDataItem
     smooth: pg.PlotDataItem
@@ -108,9 +109,11 @@ class ChartWidget(pg.PlotWidget):
         self.restyle()
 
     def add_curve(self, name: str, color: str | None = None, label: str | None = None,
-                  dashed: bool = False, faint: bool = False) -> Series:
-        """A new empty curve, colored ``color`` (default: the next palette color), called
-        ``label`` in the readout (default: its name); ``faint``: dotted and see-through."""
+                  dashed: bool = False, faint: bool = False,
+                  series: StoredSeries | None = None) -> Series | StoredSeries:
+        """A new curve, empty or drawn from ``series`` (a stored run read from the store's tiers),
+        colored ``color`` (default: the next palette color), called ``label`` in the readout
+        (default: its name); ``faint``: dotted and see-through."""
         if name in self.curves:
             raise ValueError(f"curve {name!r} exists")
         color = color or PALETTE[len(self.curves) % len(PALETTE)]
@@ -118,9 +121,9 @@ class ChartWidget(pg.PlotWidget):
         raw = pg.PlotDataItem(connect="finite", name=label or name)
         self.addItem(raw)
         self.addItem(smooth)
-        series = Series()
-        curve = _Curve(series, color, raw, smooth, Ema(series, self._smoothing) if self._smoothing and not faint
-                       else None, label or name, dashed, faint)
+        series = Series() if series is None else series
+        curve = _Curve(series, color, raw, smooth, None if faint else _ema(series, self._smoothing), label or name,
+                       dashed, faint)
         self.curves[name] = curve
         self._style(name, curve)
         return curve.series
@@ -152,7 +155,7 @@ class ChartWidget(pg.PlotWidget):
         gap = ~(np.isfinite(lo) & np.isfinite(hi))  # one gap for both edges: the fill pairs their pieces
         curve, band = self.curves[name], self.bands[name]
         curve.series = _filled(xs, mean)
-        curve.ema = Ema(curve.series, self._smoothing) if self._smoothing else None
+        curve.ema = _ema(curve.series, self._smoothing)
         band.lo, band.hi = _filled(xs, np.where(gap, np.nan, lo)), _filled(xs, np.where(gap, np.nan, hi))
         band.count = np.asarray(count)
         self.schedule_redraw()
@@ -232,10 +235,11 @@ class ChartWidget(pg.PlotWidget):
 
     def set_smoothing(self, alpha: float) -> None:
         """TensorBoard-style EMA weight in [0, 1); 0 turns smoothing off. The smoothed copy
-        is a second Series per curve, so smoothing doubles the curves' memory while it is on."""
+        is a second Series per curve, so smoothing doubles the curves' memory while it is on.
+        A curve read from the store's tiers is not smoothed (an EMA needs every point)."""
         self._smoothing = alpha
         for name, curve in self.curves.items():
-            curve.ema = Ema(curve.series, alpha) if alpha > 0 and not curve.faint else None  # faint: as logged
+            curve.ema = None if curve.faint else _ema(curve.series, alpha)  # faint: as logged
             self._style(name, curve)
         self.schedule_redraw()
 
@@ -360,6 +364,11 @@ class ChartWidget(pg.PlotWidget):
         self.readout_label.setText(self.readout(x))
         (x0, _), (_, y1) = self._vb.viewRange()
         self.readout_label.setPos(x0, y1)
+
+
+def _ema(series: Series | StoredSeries, alpha: float) -> Ema | None:
+    """The smoothed copy of an in-memory curve while smoothing is on."""
+    return Ema(series, alpha) if alpha > 0 and isinstance(series, Series) else None
 
 
 def _filled(xs: np.ndarray, ys: np.ndarray) -> Series:

@@ -37,6 +37,7 @@ from ..local_store import LocalStore
 from ..lod import Series
 from ..models import RunKey, config_diff, run_labels
 from ..palette import RunColors, color, dashed
+from ..stored_series import STORED_POINTS, StoredSeries
 from .chart import AlertMark, ChartWidget
 from .legend import RunLegend
 
@@ -96,6 +97,7 @@ class ChartsPanel(QWidget):
         self.x_axis.addItems(["step", "wall time"])
         self.x_axis.currentTextChanged.connect(self._reload)
         self._store: LocalStore | None = None
+        self.stored_points = STORED_POINTS  # a longer stored metric is charted from the tiers
         controls = QHBoxLayout()
         controls.addWidget(QLabel("smoothing"))
         controls.addWidget(self.smoothing)
@@ -161,9 +163,18 @@ class ChartsPanel(QWidget):
         self._layout()
 
     def _load(self, key: RunKey, keys: list[RunKey], runs: dict[RunKey, dict], store: LocalStore) -> None:
-        """A run's points from every member, each attempt's superseded ones apart."""
+        """A run's points from every member, each attempt's superseded ones apart; a run of one node and
+        one attempt draws its long metrics from the store's tiers instead."""
         timeline, points = read_run(store, keys, runs)
         self.timelines[key] = timeline
+        if keys == [key] and len(timeline.attempts) == 1:
+            for metric in store.metrics(*key):
+                stored = self._stored(store, key, metric)
+                if stored is not None:  # too long to hold: drawn from the store's tiers
+                    self._append(key, metric, *_NO_POINTS, stored=stored)
+                else:
+                    self._append(key, metric, *store.series(*key, metric))
+            return
         for p in points:
             self._append_split(key, p.metric, p.steps, p.vals, p.times, timeline.superseded(p.numbers, p.steps))
 
@@ -175,6 +186,14 @@ class ChartsPanel(QWidget):
             made = self._append(key, metric, steps[old], vals[old], times[old], faint=True)
             steps, vals, times = steps[~old], vals[~old], times[~old]
         return (self._append(key, metric, steps, vals, times) if len(steps) else False) or made
+
+    def _stored(self, store: LocalStore, key: RunKey, metric: str) -> StoredSeries | None:
+        """A curve read from the tiers for a metric of more than ``stored_points`` points, on the
+        step axis and ungrouped (wall time, groups and smoothing need the points in memory)."""
+        if self.groups or self.x_axis.currentText() != "step":
+            return None
+        stored = StoredSeries(store, *key, metric)
+        return stored if len(stored) > self.stored_points else None
 
     def _make_groups(self, names: dict[RunKey, str], configs: dict[RunKey, dict]) -> None:
         """Offer the config keys that tell the runs apart, and group the runs if asked to."""
@@ -296,9 +315,10 @@ class ChartsPanel(QWidget):
             self.hint.setText("Select runs on the left to chart them; select several to compare.")
 
     def _append(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
-                faint: bool = False) -> bool:
+                faint: bool = False, stored: StoredSeries | None = None) -> bool:
         """Returns True when a new chart was made (the grid needs laying out again).  ``faint``: points
-        a later attempt superseded (not in a group's band)."""
+        a later attempt superseded (not in a group's band); ``stored`` makes the run's curve one read
+        from the store's tiers."""
         chart = self.charts.get(metric)
         new = chart is None
         if new:
@@ -320,7 +340,7 @@ class ChartsPanel(QWidget):
         if name not in chart.curves:
             slot = self.slots[key]
             label = self.labels.get(key, key[1]) + (" (superseded)" if faint else "")
-            chart.add_curve(name, color=color(slot), label=label, dashed=dashed(slot), faint=faint)
+            chart.add_curve(name, color=color(slot), label=label, dashed=dashed(slot), faint=faint, series=stored)
             chart.set_hidden(name, key in self.hidden)
             chart.set_emphasis(_curve(self.emphasis) if self.emphasis is not None else None)
         xs = times if self.x_axis.currentText() == "wall time" else steps.astype(float)
@@ -418,6 +438,9 @@ class ChartsPanel(QWidget):
         chart.set_smoothing(self.smoothing.value() / 100)
         chart.set_log_y(self.log_y.isChecked())
 
+
+
+_NO_POINTS = (np.empty(0, np.int64), np.empty(0), np.empty(0))
 
 
 def _curve(key: RunKey | str) -> str:

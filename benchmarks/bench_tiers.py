@@ -1,0 +1,203 @@
+"""Reading cost independent of run length (issue 16 item 1): open, pan and zoom a stored run through
+the app store's tiers, offscreen, at several run lengths.
+
+For each size: a store of METRICS metrics x N points, generated straight into the app's store
+(``write_page`` in pages of 1 M points, tiers folded in the same transactions).  Then, each in a
+fresh process (so its memory is its own): open (``ChartsPanel.show_runs`` to the first painted frame
+of every chart), pan and zoom repaints (``setXRange`` on the linked charts, every chart redrawn
+and painted), and the resident memory after them.  Peers: the app today (every point in memory,
+``stored_points`` out of reach) at the sizes up to ``--today-max``, and TensorBoard's
+``EventAccumulator`` (size_guidance 0: keep every point) loading the points ``SummaryWriter``
+wrote, measured at ``--tb-points`` in all and scaled linearly to each size (it reads every event).
+
+    python benchmarks/bench_tiers.py [--sizes 10e6,30e6,100e6] [--metrics 10] [--today-max 10e6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import median, table, write_result
+
+METRICS = 10
+PAGE = 1_000_000  # points per written page
+CHUNK = 10_000  # points per entry, as a busy trainer's journal sends them
+URL = "tcp://127.0.0.1:1"
+WIDTH, HEIGHT = 1400, 900
+
+
+def fill_store(path: Path, points: int, metrics: int) -> float:
+    """One finished run of ``metrics`` random walks with a spike each; returns the seconds taken."""
+    from pilothouse.gui.local_store import LocalStore
+
+    started = time.perf_counter()
+    store = LocalStore(path)
+    store.put_runs(URL, [{"id": "big", "project": "bench", "name": "big", "kind": "train", "status": "finished"}])
+    rng = np.random.default_rng(0)
+    entry_id = 0
+    for m in range(metrics):
+        spike = int(rng.integers(0, points))
+        level = 0.0
+        for lo in range(0, points, PAGE):
+            steps = np.arange(lo, min(lo + PAGE, points), dtype=np.int64)
+            vals = level + np.cumsum(rng.standard_normal(len(steps)))
+            level = float(vals[-1])
+            if lo <= spike < lo + len(steps):
+                vals[spike - lo] = 1e6
+            times = 1.7e9 + steps.astype(np.float64)
+            page = []
+            for at in range(0, len(steps), CHUNK):
+                entry_id += 1
+                sl = slice(at, at + CHUNK)
+                page.append((entry_id, "big", "m", f"metric/{m}", 0, len(steps[sl]), steps[sl].tobytes(),
+                             vals[sl].tobytes(), times[sl].tobytes(), None))
+            store.write_page(URL, page, entry_id)
+    store.close()
+    return time.perf_counter() - started
+
+
+def child(path: Path, mode: str) -> dict:
+    """In this process: open the run, pan and zoom, and report times and memory (as JSON)."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    import psutil
+    from PySide6.QtWidgets import QApplication
+
+    from pilothouse.gui._qt.charts import ChartsPanel
+    from pilothouse.gui.local_store import LocalStore
+
+    QApplication.instance() or QApplication([])
+    store = LocalStore(path)
+    panel = ChartsPanel()
+    if mode == "today":
+        panel.stored_points = 2 ** 62  # every point in memory, as before the tiers
+    panel.resize(WIDTH, HEIGHT)
+    panel.show()
+    QApplication.processEvents()
+    before = psutil.Process().memory_info().rss
+    t0 = time.perf_counter()
+    panel.show_runs([(URL, "big")], store)
+    for chart in panel.charts.values():
+        chart.flush()
+    panel.grab()
+    opened = time.perf_counter() - t0
+    first = next(iter(panel.charts.values()))
+    (x0, x1), _ = first.getViewBox().viewRange()
+    span = x1 - x0
+    moves = {"zoom to the middle half": (x0 + span / 4, x1 - span / 4),
+             "zoom to 1 %": (x0 + span * 0.50, x0 + span * 0.51),
+             "pan by 0.5 %": (x0 + span * 0.505, x0 + span * 0.515),
+             "zoom to 1,000 steps (raw points)": (x0 + span * 0.3, x0 + span * 0.3 + 1000),
+             "zoom out to the whole run": (x0, x1)}
+    repaint = {}
+    for name, (a, b) in moves.items():
+        t = time.perf_counter()
+        first.setXRange(a, b, padding=0)
+        for chart in panel.charts.values():
+            chart.flush()
+        panel.grab()
+        repaint[name] = time.perf_counter() - t
+    tiered = sum(type(c.series).__name__ == "StoredSeries" for ch in panel.charts.values() for c in ch.curves.values())
+    rss = psutil.Process().memory_info().rss
+    return {"open_s": opened, "repaint_s": repaint, "rss_mb": rss / 2 ** 20, "rss_before_mb": before / 2 ** 20,
+            "curves_from_tiers": tiered, "charts": len(panel.charts)}
+
+
+def trial(path: Path, mode: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", str(path), "--mode", mode], capture_output=True,
+                         text=True, timeout=1800, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def tensorboard_load(total_points: int, metrics: int, tmp: Path) -> float | None:
+    """Seconds per point for EventAccumulator (keep all) to load scalars SummaryWriter wrote."""
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    logdir = tmp / "tb"
+    writer = SummaryWriter(str(logdir))
+    per_metric = total_points // metrics
+    rng = np.random.default_rng(0)
+    for m in range(metrics):
+        for step, value in enumerate(np.cumsum(rng.standard_normal(per_metric)).tolist()):
+            writer.add_scalar(f"metric/{m}", value, step)
+    writer.close()
+    t = time.perf_counter()
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    acc.Reload()
+    loaded = sum(len(acc.Scalars(tag)) for tag in acc.Tags()["scalars"])
+    seconds = time.perf_counter() - t
+    assert loaded == per_metric * metrics, loaded
+    return seconds / loaded
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10e6,30e6,100e6", help="points per metric, comma-separated")
+    parser.add_argument("--metrics", type=int, default=METRICS)
+    parser.add_argument("--today-max", type=float, default=10e6, help="largest size the app today is opened at")
+    parser.add_argument("--tb-points", type=float, default=1e6, help="points TensorBoard is measured at, in all")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="tiers", choices=("tiers", "today"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.mode)))
+        return {}
+    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    if not sizes or min(sizes) < 1 or args.metrics < 1:
+        parser.error("--sizes and --metrics must be positive")
+    data: dict = {"metrics": args.metrics, "sizes": {}}
+    with tempfile.TemporaryDirectory(prefix="pilothouse-tiers-") as tmp:
+        tb = tensorboard_load(int(args.tb_points), args.metrics, Path(tmp))
+        data["tensorboard_s_per_point"] = tb
+        for size in sizes:
+            path = Path(tmp) / f"store-{size}.sqlite"
+            filled = fill_store(path, size, args.metrics)
+            runs = [trial(path, "tiers") for _ in range(args.trials)]
+            today = trial(path, "today") if size <= args.today_max else None
+            data["sizes"][size] = {"fill_s": filled, "disk_gb": path.stat().st_size / 2 ** 30, "tiers": runs,
+                                   "today": today}
+            for file in Path(tmp).glob(f"store-{size}.sqlite*"):
+                file.unlink()
+        shutil.rmtree(Path(tmp) / "tb", ignore_errors=True)
+    rows = []
+    for size, got in data["sizes"].items():
+        total = size * args.metrics
+        open_s = median([r["open_s"] for r in got["tiers"]])
+        worst = max(max(r["repaint_s"].values()) for r in got["tiers"])
+        rss = max(r["rss_mb"] for r in got["tiers"])
+        bare = max(r["rss_before_mb"] for r in got["tiers"])
+        today = got["today"]
+        tb_s = tb * total if tb else None
+        rows.append([f"{args.metrics} x {size / 1e6:g} M", f"{got['fill_s']:.0f} s", f"{open_s:.2f} s",
+                     f"{worst * 1000:.0f} ms", f"{rss:.0f} MB ({bare:.0f} before)",
+                     f"{today['open_s']:.2f} s, {today['rss_mb']:.0f} MB" if today else "-",
+                     f"{tb_s:.0f} s ({tb_s / open_s:.0f}x)" if tb_s else "-"])
+    print()
+    print(table(["run", "fill", "open -> painted", "worst pan/zoom", "RSS", "app today (open, RSS)",
+                 f"TensorBoard load (scaled from {args.tb_points / 1e6:g} M)"], rows))
+    print("targets: open <= 1 s, pan/zoom <= 100 ms, RSS < 300 MB, all flat in the run's length")
+    print(f"results: {write_result('bench_tiers', data)}")
+    return data
+
+
+def passed(data: dict) -> bool:
+    return all(median([r["open_s"] for r in got["tiers"]]) <= 1.0
+               and max(max(r["repaint_s"].values()) for r in got["tiers"]) <= 0.1
+               and max(r["rss_mb"] for r in got["tiers"]) < 300 for got in data["sizes"].values())
+
+
+if __name__ == "__main__":
+    result = main()
+    raise SystemExit(0 if not result or passed(result) else 1)

@@ -1,0 +1,78 @@
+"""A chart curve read from the app store's tiers instead of held in memory.
+
+Why: a stored run of 100 M points per metric would take 2 GB per metric as a ``lod.Series``;
+read through the tiers (``pilothouse.gui.tiers``), each frame costs a few buckets per pixel
+column and the app holds only what it draws.  ``StoredSeries`` answers what a chart asks of a
+``Series`` (``view``, ``nonfinite``, ``x_range``, ``y_range``, ``all_finite``, ``nearest``,
+``append``) from the store.  Live points need no copy here: the link writes a page to the store
+(tiers included) before the UI hears of it, so ``append`` only forgets the cached extent and the
+next frame reads them.  x is the step (the tiers bucket steps); smoothing, which needs every
+point in order, is not drawn for such a curve.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.gui.tiers import TierView
+
+STORED_POINTS = 2_000_000  # a stored metric longer than this is charted from the tiers
+
+
+class StoredSeries:
+    """One metric of one run in a ``LocalStore``, read per frame from its tiers."""
+
+    generation = 0  # stored points never move (the tiers fold re-logged steps in place)
+
+    def __init__(self, store: LocalStore, agent: str, run: str, metric: str) -> None:
+        self.store, self.key = store, (agent, run, metric)
+        self._summary: np.ndarray | None = None
+        self._last: tuple[float, float, TierView] | None = None
+
+    def _whole(self) -> np.ndarray:
+        if self._summary is None:
+            self._summary = self.store.tiers.summary(*self.key)
+        return self._summary
+
+    def __len__(self) -> int:
+        whole = self._whole()
+        return int(whole["count"][0]) if len(whole) else 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the last frame's arrays (the points stay on disk)."""
+        return sum(a.nbytes for a in (self._last[2].xs, self._last[2].ys)) if self._last else 0
+
+    def append(self, xs: np.ndarray, ys: np.ndarray) -> None:
+        """New live points are already in the store: only the cached extent is out of date."""
+        self._summary = None
+
+    def view(self, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
+        view = self.store.view(*self.key, x0, x1, pixels)
+        self._last = (x0, x1, view)
+        return view.xs, view.ys
+
+    def nonfinite(self, x0: float, x1: float) -> np.ndarray:
+        """x of non-finite values in x0..x1, one per pixel column of the last frame drawn."""
+        if self._last is None or self._last[:2] != (x0, x1):
+            self.view(x0, x1, 1000)
+        marks = self._last[2].marks
+        return marks[(marks >= min(x0, x1)) & (marks <= max(x0, x1))]
+
+    def nearest(self, xq: float) -> tuple[float, float] | None:
+        return self.store.nearest(*self.key, xq)
+
+    def x_range(self) -> tuple[float, float] | None:
+        whole = self._whole()
+        return (float(whole["xfirst"][0]), float(whole["xlast"][0])) if len(whole) else None
+
+    def y_range(self) -> tuple[float, float] | None:
+        whole = self._whole()
+        return None if not len(whole) or np.isnan(whole["min"][0]) else (float(whole["min"][0]),
+                                                                           float(whole["max"][0]))
+
+    @property
+    def all_finite(self) -> bool:
+        whole = self._whole()
+        return not len(whole) or int(whole["bad"][0]) == 0

@@ -1,0 +1,78 @@
+"""A long stored run charted from the store's tiers, offscreen on a real LocalStore: the app holds
+only what it draws, spikes and gaps show at every zoom, live points and the crosshair work."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from test_charts_panel_qt import chunk
+
+from pilothouse.gui._qt.charts import ChartsPanel
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.gui.lod import Series
+from pilothouse.gui.stored_series import StoredSeries
+
+A = "tcp://127.0.0.1:7001"
+KEY = (A, "r1")
+N = 200_000
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = LocalStore(tmp_path / "s.sqlite")
+    store.put_runs(A, [{"id": "r1", "project": "p", "name": "base", "status": "running", "created": 1.0}])
+    steps = np.arange(N)
+    loss = np.sin(steps / 5000.0)
+    loss[123_457] = 40.0  # one spike among 200k points
+    loss[150_000] = np.nan
+    store.write_page(A, [chunk(i + 1, "loss", steps[lo: lo + 20_000], loss[lo: lo + 20_000])
+                         for i, lo in enumerate(range(0, N, 20_000))]
+                     + [chunk(11, "lr", steps[:100], np.full(100, 0.1))], 11)
+    yield store
+    store.close()
+
+
+def test_a_long_run_is_drawn_from_the_tiers_with_spikes_gaps_zoom_and_live_points(qtbot, store):
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(1200, 800)
+    panel.show()
+    panel.stored_points = 50_000  # loss is longer: read from the tiers; lr stays in memory
+    panel.show_runs([KEY], store)
+    chart = panel.charts["loss"]
+    curve = chart.curves["r1"]
+    assert isinstance(curve.series, StoredSeries) and isinstance(panel.charts["lr"].curves["r1"].series, Series)
+    chart.flush()
+    xs, ys = curve.raw.getData()
+    assert len(xs) <= 5 * chart.width() * chart.devicePixelRatioF()  # per pixel column, not per point
+    assert 40.0 in ys and xs[ys == 40.0].tolist() == [123_457.0]  # the spike, where it is
+    assert chart._marker_x.size and abs(chart._marker_x - 150_000).min() < N / 100  # the NaN is marked
+    assert chart.readout(123_457.2).splitlines()[1] == "base: 40  (x 123457)"  # the crosshair reads the store
+
+    chart.setXRange(123_400, 123_500, padding=0)  # zoomed in: the raw points
+    chart.flush()
+    xs, ys = curve.raw.getData()
+    inside = (xs >= 123_400) & (xs <= 123_500)
+    assert xs[inside].tolist() == list(range(123_400, 123_501)) and 40.0 in ys
+
+    steps = np.arange(N, N + 1000)
+    live = chunk(12, "loss", steps, np.full(1000, -7.0))
+    store.write_page(A, [live], 12)  # the link stores a page before the UI hears of it
+    panel.add_entries(A, [live])
+    chart.set_follow(True)
+    chart.flush()
+    xs, ys = curve.raw.getData()
+    assert xs.max() == N + 999 and -7.0 in ys and curve.series.y_range() == (-7.0, 40.0)
+
+    panel.smoothing.setValue(60)  # an EMA needs every point: the tiered curve stays raw, the other smooths
+    assert curve.ema is None and panel.charts["lr"].curves["r1"].ema is not None
+    chart.flush()
+    assert 40.0 in curve.raw.getData()[1]

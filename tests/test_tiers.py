@@ -1,0 +1,195 @@
+"""The app store's on-disk tiers, on real SQLite files: views exact against brute force over the
+raw points, incremental pages equal to a one-shot build, re-sent pages counted once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.gui.tiers import BASE, BLOCK, WIDTHS, first_level, level_for, points, reduce
+from pilothouse.wire.entries import Entry
+
+A = "tcp://127.0.0.1:7001"
+
+
+def spiky(rng: np.random.Generator, n: int, resumed: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """A random walk with spikes, NaN and ±Inf, a gap in the steps, and (if ``resumed``) a
+    stretch of steps logged again out of order, as a run resumed from a checkpoint does."""
+    steps = np.arange(n, dtype=np.int64) * 3
+    steps[n // 2:] += 10_000_000  # a sparse stretch
+    if resumed:
+        steps = np.concatenate([steps, steps[n // 4: n // 3]])
+    vals = np.cumsum(rng.standard_normal(len(steps)))
+    spots = rng.integers(0, len(vals), 40)
+    vals[spots[:10]] = 1e6
+    vals[spots[10:20]] = -1e6
+    vals[spots[20:30]] = np.nan
+    vals[spots[30:35]] = np.inf
+    vals[spots[35:]] = -np.inf
+    return steps, vals
+
+
+def entries(steps: np.ndarray, vals: np.ndarray, sizes: list[int], first_id: int = 1, metric: str = "loss",
+            run: str = "r1") -> list[Entry]:
+    out, lo = [], 0
+    for i, size in enumerate(sizes):
+        s, v = steps[lo: lo + size], vals[lo: lo + size]
+        out.append(Entry(first_id + i, run, "m", metric, 0, len(s), s.tobytes(), v.tobytes(),
+                         s.astype(np.float64).tobytes(), None))
+        lo += size
+    assert lo == len(steps)
+    return out
+
+
+def split(rng: np.random.Generator, n: int, pieces: int) -> list[int]:
+    cuts = np.sort(rng.choice(np.arange(1, n), pieces - 1, replace=False))
+    return np.diff(np.concatenate([[0], cuts, [n]])).tolist()
+
+
+def tier_rows(store: LocalStore) -> list[tuple]:
+    return store.db.execute("SELECT agent, run, metric, level, block, records, ids FROM tiers "
+                            "ORDER BY agent, run, metric, level, block").fetchall()
+
+
+def brute(steps: np.ndarray, vals: np.ndarray, lo: int, hi: int) -> tuple[float, float, np.ndarray]:
+    inside = (steps >= lo) & (steps < hi)
+    finite = vals[inside & np.isfinite(vals)]
+    if not len(finite):
+        return np.nan, np.nan, steps[inside & ~np.isfinite(vals)]
+    return finite.min(), finite.max(), steps[inside & ~np.isfinite(vals)]
+
+
+def one_page(path, seed: int, n: int, pieces: int, resumed: bool = True):
+    """A store at ``path`` holding one page of a spiky metric in ``pieces`` entries."""
+    rng = np.random.default_rng(seed)
+    steps, vals = spiky(rng, n, resumed)
+    store = LocalStore(path)
+    page = entries(steps, vals, split(rng, len(steps), pieces))
+    store.write_page(A, page, len(page))
+    return store, steps, vals, page, rng
+
+
+def test_tier_views_are_exact_per_column(tmp_path):
+    store, steps, vals, _, rng = one_page(tmp_path / "s.sqlite", 7, 60_000, 12)
+    top = int(steps.max())
+    views = [(0, top, 800), (0, top, 37), (1000, 90_000, 300), (50_123, 61_777, 97), (10_000_000, top, 640)]
+    views += [tuple(sorted(rng.integers(0, top, 2).tolist())) + (int(rng.integers(20, 1500)),) for _ in range(12)]
+    levels = set()
+    for x0, x1, pixels in views:
+        view = store.view(A, "r1", "loss", x0, x1, pixels)
+        levels.add(view.level)
+        if view.level < 0:
+            continue
+        assert len(view.mins) <= pixels  # a few buckets per column were read, one answer per column
+        assert (view.starts <= x1).all() and (view.stops > x0).all() and (view.starts[1:] >= view.stops[:-1]).all()
+        for lo, hi, low, high in zip(view.starts, view.stops, view.mins, view.maxs):
+            want_low, want_high, bad = brute(steps, vals, lo, hi)
+            assert (low == want_low or np.isnan(low) and np.isnan(want_low)) and (
+                high == want_high or np.isnan(high) and np.isnan(want_high)), (x0, x1, pixels, lo, hi)
+            if len(bad):
+                assert bad.min() in view.marks
+        # each drawn point is a real point at its own step: spikes are drawn where they are
+        drawn = np.isfinite(view.ys)
+        real = set(zip(steps.astype(np.float64).tolist(), vals.tolist()))
+        assert all((x, y) in real for x, y in zip(view.xs[drawn].tolist(), view.ys[drawn].tolist()))
+        assert np.isnan(view.ys).sum() == sum(len(brute(steps, vals, lo, hi)[2]) > 0
+                                              for lo, hi in zip(view.starts, view.stops))
+    assert len(levels - {-1}) >= 3  # coarse and fine levels were both exercised
+    whole = store.view(A, "r1", "loss", 0, top, 800)
+    assert 1e6 in whole.ys and -1e6 in whole.ys  # the spikes survive the coarsest view
+
+
+def test_finest_zoom_reads_the_raw_points(tmp_path):
+    store, steps, vals, _, _ = one_page(tmp_path / "s.sqlite", 3, 20_000, 9, resumed=False)
+    x0, x1 = 12_000, 12_600
+    view = store.view(A, "r1", "loss", x0, x1, 400)
+    assert view.level == -1 == level_for(x0, x1, 400)
+    inside = (steps >= x0) & (steps <= x1)
+    shown = (view.xs >= x0) & (view.xs <= x1)
+    assert view.xs[shown].tolist() == steps[inside].astype(float).tolist()
+    assert np.array_equal(view.ys[shown], np.where(np.isfinite(vals[inside]), vals[inside], np.nan), equal_nan=True)
+    assert view.xs[0] < x0 and view.xs[-1] > x1  # a neighbour on each side: the line reaches the edges
+    assert inside.sum() > 150 and view.marks.tolist() == steps[inside & ~np.isfinite(vals)].astype(float).tolist()
+
+
+def test_pages_in_pieces_and_resent_equal_a_one_shot_build(tmp_path):
+    one, steps, vals, page, rng = one_page(tmp_path / "one.sqlite", 11, 30_000, 40)
+    many = LocalStore(tmp_path / "many.sqlite")
+    at = 0
+    for size in split(rng, len(page), 15):
+        many.write_page(A, page[at: at + size], page[at + size - 1].id)
+        many.write_page(A, page[max(at - 3, 0): at + size], page[at + size - 1].id)  # re-sent across a reconnect
+        at += size
+    assert tier_rows(many) == tier_rows(one)
+    summary = one.tiers.summary(A, "r1", "loss")[0]
+    assert summary["count"] == len(steps) and summary["bad"] == (~np.isfinite(vals)).sum()
+    assert summary["min"] == -1e6 and summary["max"] == 1e6
+    assert (summary["xfirst"], summary["xlast"]) == (steps.min(), steps.max())
+    first, last = np.flatnonzero(steps == steps.min())[0], np.flatnonzero(steps == steps.max())[-1]
+    assert summary[["first", "last"]].tolist() == (vals[first], vals[last]) or np.isnan([vals[first], vals[last]]).any()
+
+
+def test_a_store_from_before_the_tiers_builds_them_once(tmp_path):
+    rng = np.random.default_rng(5)
+    steps, vals = spiky(rng, 8_000)
+    path = tmp_path / "s.sqlite"
+    store = LocalStore(path)
+    page = entries(steps[:5000], vals[:5000], [2500, 2500]) + entries(steps[5000:], vals[5000:], [len(steps) - 5000],
+                                                                      first_id=3, metric="reward")
+    store.write_page(A, page, 3)
+    built = tier_rows(store)
+    store.db.execute("DROP TABLE tiers")
+    store.close()
+    store = LocalStore(path)
+    assert tier_rows(store) == built and built
+
+
+def test_removed_runs_lose_their_tiers_and_gain_none(tmp_path):
+    rng = np.random.default_rng(2)
+    steps, vals = spiky(rng, 5_000, resumed=False)
+    store = LocalStore(tmp_path / "s.sqlite")
+    store.put_runs(A, [{"id": "r1", "status": "finished"}, {"id": "r2", "status": "finished"}])
+    store.write_page(A, entries(steps, vals, [5000]) + entries(steps, vals, [5000], first_id=2, run="r2"), 2)
+    kept = [r for r in tier_rows(store) if r[1] == "r2"]
+    store.remove_runs([(A, "r1")], batch=7)
+    assert [r for r in tier_rows(store) if r[1] == "r1"] == [] and [r for r in tier_rows(store) if r[1] == "r2"] == kept
+    store.write_page(A, entries(steps + 10**6, vals, [5000], first_id=3), 3)  # the agent still sends it
+    assert [r for r in tier_rows(store) if r[1] == "r1"] == []
+    assert store.view(A, "r1", "loss", 0, 2e6, 500).xs.size == 0
+
+
+def test_bad_view_requests(tmp_path):
+    store = LocalStore(tmp_path / "s.sqlite")
+    store.write_page(A, entries(np.arange(100, dtype=np.int64), np.ones(100), [100]), 1)
+    before = tier_rows(store)
+    for x0, x1 in ((np.nan, 5.0), (0.0, np.inf)):
+        with pytest.raises(ValueError, match="finite"):
+            store.view(A, "r1", "loss", x0, x1, 100)
+    assert store.view(A, "r1", "nope", 0, 1e6, 100).xs.size == 0
+    reversed_view = store.view(A, "r1", "loss", 1e6, 0, 0)  # reversed range, no pixels: one column
+    assert reversed_view.mins.tolist() == [1.0] and tier_rows(store) == before
+
+
+def test_widths_and_blocks_fit_the_promise():
+    """Each level holds FANOUT of the one below; reading a whole view takes a few blocks."""
+    assert WIDTHS[0] == BASE and all(b == 4 * a for a, b in zip(WIDTHS, WIDTHS[1:]))
+    for span in (10**6, 10**8, 10**9):
+        level = level_for(0, span, 1400)
+        assert span / WIDTHS[level] / 1400 < 2 * 4 and span / WIDTHS[level] / BLOCK < 100
+
+
+def test_the_sorted_fast_path_equals_the_general_fold():
+    rng = np.random.default_rng(9)
+    steps = np.sort(rng.integers(0, 5_000, 20_000))  # repeated steps, empty and crowded buckets
+    vals = rng.standard_normal(len(steps))
+    vals[rng.integers(0, len(vals), 300)] = np.nan
+    vals[100:140] = np.inf  # whole buckets without a finite value
+    vals[rng.integers(0, len(vals), 50)] = -0.0
+    assert first_level(steps, vals).tobytes() == reduce(_with_buckets(points(steps, vals), BASE)).tobytes()
+
+
+def _with_buckets(rec: np.ndarray, width: int) -> np.ndarray:
+    rec = rec.copy()
+    rec["bucket"] //= width
+    return rec
