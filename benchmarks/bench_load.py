@@ -239,6 +239,88 @@ def reader_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | 
     conn.recv()  # "quit"
 
 
+def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | None,
+             conn: multiprocessing.connection.Connection) -> None:
+    """The real app (``MainWindow``, offscreen) following every agent: what reaches its UI thread.
+
+    Its links write every page to a fresh local store, then hand it to the UI thread; a slot on
+    the window's own batch signal tallies each (run, metric) and samples log() -> UI-thread latency,
+    while the window redraws (run table, status line) as it does for a user.  Every run is
+    selected, so its charts are live too."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    import platformdirs  # the owner's local keys stay where the agents found them; the app's settings do not
+    os.environ.setdefault("PILOTHOUSE_LOCAL_KEYS", str(Path(platformdirs.user_config_dir("pilothouse")) / "local"))
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="pilothouse-load-app-")
+    if keys_dir:
+        os.environ["PILOTHOUSE_KEYS"] = keys_dir
+    from PySide6.QtWidgets import QApplication
+
+    from pilothouse.gui._qt.app import MainWindow
+
+    app = QApplication.instance() or QApplication([])
+    names = {name: j for j, name in enumerate(metric_names(n_metrics))}
+    runs = {run for _, run in targets}
+    tallies = {(run, m): Tally() for run in runs for m in names}
+    latencies: list[np.ndarray] = []
+    seen = {"points": 0, "first": 0.0, "last": 0.0}
+    window = MainWindow(Path(os.environ["XDG_CONFIG_HOME"]) / "store.sqlite", [url for url, _ in targets])
+
+    def on_batch(url: str, entries: list, _runs: object) -> None:
+        now = time.time()
+        for e in entries:
+            if e.kind != "m" or e.run not in runs or e.metric not in names:
+                continue
+            steps, vals, times = entry_points(e)
+            tallies[e.run, e.metric].add(steps, vals)
+            seen["points"] += len(steps)
+            seen["first"] = seen["first"] or now
+            seen["last"] = now
+            if names[e.metric] == 0:
+                latencies.append((now - times).astype(np.float32))
+
+    window.bridge.batch.connect(on_batch)
+    deadline = time.monotonic() + READY_SECONDS
+    while time.monotonic() < deadline and not all(h.state == "connected" for h in window.health.values()) \
+            or len(window.health) < len(targets):
+        app.processEvents()
+        time.sleep(0.02)
+        if time.monotonic() > deadline:
+            break
+    errors = [f"{url}: {h.state} {h.error}" for url, h in window.health.items() if h.state != "connected"]
+    conn.send({"ready": not errors and len(window.health) == len(targets), "errors": errors or ["no health"]})
+    expected: dict[str, int] | None = None
+    selected = False
+    last_progress = time.monotonic()
+    problems: list[str] = []
+    while True:
+        app.processEvents()
+        time.sleep(0.005)
+        if not selected and window.runs.rows():
+            window.table.selectAll()  # every run charted, as a user comparing them all
+            selected = len(window.runs.rows()) >= len(runs)
+        if expected is None and conn.poll():
+            msg = conn.recv()
+            if msg == "quit":
+                window.close()
+                return
+            expected = msg
+            last_progress = time.monotonic()
+        if seen["last"] and time.monotonic() - last_progress > STALL_SECONDS and expected is not None:
+            problems.append(f"app: stalled, no new point for {STALL_SECONDS:g} s")
+            break
+        if seen["points"]:
+            last_progress = max(last_progress, time.monotonic() - (time.time() - seen["last"]))
+        if expected is not None and all(tallies[run, m].count >= expected[run] for run in runs for m in names):
+            break
+    problems += [p for (run, m), t in tallies.items()
+                 if (p := t.problem(f"app {run}/{m}", (expected or {}).get(run, 0), names[m])) is not None]
+    lat = np.concatenate(latencies) if latencies else np.empty(0, np.float32)
+    conn.send({"points": seen["points"], "t_first_point": seen["first"], "t_last_point": seen["last"],
+               "latencies": lat.tobytes(), "problems": problems})
+    conn.recv()  # "quit"
+    window.close()
+
+
 # --- CPU and memory -----------------------------------------------------------------------
 
 class Sampler:
@@ -293,7 +375,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     steps_per_s = args.rate / n_metrics
     steps = round(args.seconds * steps_per_s)
     children: list[multiprocessing.process.BaseProcess] = []
-    pipes: dict[str, list[multiprocessing.connection.Connection]] = {"trainer": [], "reader": []}
+    pipes: dict[str, list[multiprocessing.connection.Connection]] = {"trainer": [], "reader": [], "app": []}
     with tempfile.TemporaryDirectory(prefix="pilothouse-load-") as tmp:
         root = Path(tmp)
         keys_dir = root / "keys" if mode == "listener" else None
@@ -316,9 +398,11 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
             for group in split(list(zip(read_urls, run_ids)), args.readers):
                 spawn("reader", reader_main, group, n_metrics, str(keys_dir) if keys_dir else None)
+            if args.app:
+                spawn("app", app_main, list(zip(read_urls, run_ids)), n_metrics, str(keys_dir) if keys_dir else None)
             for group in split(list(zip(agents.bind, run_ids)), math.ceil(args.agents / args.runs_per_trainer)):
                 spawn("trainer", trainer_main, group, n_metrics, steps_per_s, steps)
-            for conn in pipes["reader"]:
+            for conn in pipes["reader"] + pipes["app"]:
                 msg = conn.recv() if conn.poll(READY_SECONDS + 10) else {"ready": False, "errors": ["timeout"]}
                 if not msg["ready"]:
                     raise RuntimeError(f"a reader could not connect: {msg['errors'][:3]}")
@@ -328,7 +412,8 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
             setup_s = time.monotonic() - t_setup
             roles = {"agent": [p.pid for p in agents.procs],
                      "trainer": [p.pid for p in children if p.name.endswith("trainer")],
-                     "reader": [p.pid for p in children if p.name.endswith("reader")]}
+                     "reader": [p.pid for p in children if p.name.endswith("reader")],
+                     **({"app": [p.pid for p in children if p.name.endswith("app")]} if args.app else {})}
             sampler = Sampler(roles)
             idle0 = sampler.sample()
             time.sleep(args.idle)
@@ -344,21 +429,22 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
                     raise RuntimeError("a trainer did not report back")
                 reports.append(conn.recv())
             logged = {run: r["steps"] for rep in reports for run, r in rep["runs"].items()}
-            for conn in pipes["reader"]:
+            for conn in pipes["reader"] + pipes["app"]:
                 conn.send(logged)
-            reads = []
-            for conn in pipes["reader"]:
-                if not conn.poll(STALL_SECONDS + 300):
-                    raise RuntimeError("a reader did not report back")
-                reads.append(conn.recv())
+            reads, app_reads = [], []
+            for role, out in (("reader", reads), ("app", app_reads)):
+                for conn in pipes[role]:
+                    if not conn.poll(STALL_SECONDS + 300):
+                        raise RuntimeError(f"a {role} did not report back")
+                    out.append(conn.recv())
             sampler.stop()
             cpu1 = sampler.sample()
-            for conn in pipes["trainer"] + pipes["reader"]:
+            for conn in pipes["trainer"] + pipes["reader"] + pipes["app"]:
                 conn.send("quit")
             for proc in children:
                 proc.join(30)
         finally:
-            for conn in pipes["trainer"] + pipes["reader"]:
+            for conn in pipes["trainer"] + pipes["reader"] + pipes["app"]:
                 try:
                     conn.send("quit")
                 except (OSError, ValueError):
@@ -372,7 +458,29 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
                     proc.kill()
                     proc.join()
             agents.stop()
-    return summarize(mode, args, steps, setup_s, t_go, reports, reads, sampler, roles, idle0, idle1, cpu0, cpu1)
+    summary = summarize(mode, args, steps, setup_s, t_go, reports, reads, sampler, roles, idle0, idle1, cpu0, cpu1)
+    if app_reads:
+        summary["app"] = summarize_app(app_reads[0], args, steps, t_go, reports, summary["roles"]["app"])
+        summary["lossless"] = summary["lossless"] and summary["app"]["lossless"]
+        summary["problems"] += summary["app"]["problems"]
+    return summary
+
+
+def summarize_app(read: dict, args: argparse.Namespace, steps: int, t_go: float, reports: list[dict],
+                  role: dict[str, Any]) -> dict[str, Any]:
+    """The app's share: what reached its UI thread, how late, and its CPU and memory per agent."""
+    expected = steps * args.metrics * args.agents
+    lat = np.sort(np.frombuffer(read["latencies"], np.float32))
+    t0 = min(t_go, *(r["t_first_log"] for r in reports))
+    window = max(read["t_last_point"] - t0, 1e-9)
+    pct = (lambda q: float(percentile(lat, q)) * 1e3) if len(lat) else (lambda q: float("nan"))
+    return {"expected_points": expected, "received_points": read["points"], "points_per_s": read["points"] / window,
+            "latency_p50_ms": pct(50), "latency_p99_ms": pct(99),
+            "latency_max_ms": float(lat[-1]) * 1e3 if len(lat) else float("nan"),
+            "cores": role["cores"], "cores_per_agent": role["cores"] / args.agents,
+            "cpu_ns_per_point": role["cpu_s"] / max(read["points"], 1) * 1e9,
+            "peak_rss_mb": role["peak_rss_mb_sum"], "peak_rss_mb_per_agent": role["peak_rss_mb_sum"] / args.agents,
+            "lossless": not read["problems"] and read["points"] == expected, "problems": read["problems"][:20]}
 
 
 def summarize(mode: str, args: argparse.Namespace, steps: int, setup_s: float, t_go: float, reports: list[dict],
@@ -493,6 +601,16 @@ def report(results: dict[str, dict[str, Any]], ratios: dict[str, float]) -> str:
     for role in ("trainer", "reader"):
         row(f"peak RSS MB: one {role} proc / all", lambda m, role=role: f"{m['roles'][role]['peak_rss_mb_median']:.0f}"
             f" / {m['roles'][role]['peak_rss_mb_sum']:.0f}", "")
+    if all("app" in r[m] for m in modes):
+        row("app: points delivered to its UI thread / expected",
+            lambda m: f"{m['app']['received_points']:,} / {m['app']['expected_points']:,}", "")
+        row("app: latency log() -> UI thread p50 / p99 (ms)",
+            lambda m: f"{m['app']['latency_p50_ms']:.1f} / {m['app']['latency_p99_ms']:.1f}", "")
+        row("app: cores used / per agent (% of a core)",
+            lambda m: f"{m['app']['cores']:.2f} / {m['app']['cores_per_agent'] * 100:.2f}", "")
+        row("app: CPU ns/point", lambda m: m["app"]["cpu_ns_per_point"], ",.0f")
+        row("app: peak RSS MB / per agent", lambda m: f"{m['app']['peak_rss_mb']:.0f} / "
+            f"{m['app']['peak_rss_mb_per_agent']:.2f}", "")
     row("late trainer ticks / max lag (ms)", lambda m: f"{m['late_ticks']:,} / {m['max_tick_lag_ms']:.0f}", "")
     row("points expected / received (all rounds)",
         lambda m: f"{m['expected_points']:,} / {m['received_points']:,}", "")
@@ -513,6 +631,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="trainer runs hosted by one process, each with its own outbox thread and socket "
                         "(1 = a process per trainer: twice the trainers' CPU on a 2-core machine)")
     p.add_argument("--readers", type=int, default=2, help="reader processes (each follows agents on threads)")
+    p.add_argument("--app", action="store_true",
+                   help="also follow every agent with the real app (offscreen): its UI-thread latency, CPU and memory")
     p.add_argument("--idle", type=float, default=3.0, help="seconds to measure the idle agents before the load")
     p.add_argument("--rounds", type=int, default=2,
                    help="rounds of all modes, alternating the order (loopback, listener, listener, loopback, ...)")
