@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from pilothouse.security import Keyring, SecurityError
 from pilothouse.text import printable
 from pilothouse.wire.job import TUNNEL_PORT, check_node, format_ranks, tunnel_command
 from pilothouse.wire.urls import is_loopback
@@ -91,6 +92,37 @@ def is_job_node(run: Mapping) -> bool:
     """A run dict from one node of a multi-node job (its agent holds some of the job's ranks)."""
     nodes = run.get("nodes")
     return isinstance(nodes, list) and len(nodes) > 1
+
+
+def job_ids(runs: Iterable[Mapping]) -> set[str]:
+    """The ids of the multi-node jobs among these run dicts."""
+    return {r["id"] for r in runs if is_job_node(r) and isinstance(r.get("id"), str)}
+
+
+def offers(runs: Iterable[Mapping], followed: Collection[str], decided: Collection[str], here: str,
+           known: Mapping[str, str] | None = None, client_key: str | None = None) -> list[JobPlan]:
+    """The jobs to offer: multi-node runs of the followed agents (run dicts carrying ``agent``, as
+    ``LocalStore.runs()`` gives them) that the user has not decided on and that have nodes not followed."""
+    copies: dict[str, dict[str, Mapping]] = {}
+    for run in runs:
+        if run.get("agent") in followed and run.get("id") not in decided and is_job_node(run):
+            copies.setdefault(run["id"], {})[run["agent"]] = run
+    plans = [plan_job(i, c, here, known, client_key, used_urls=followed) for i, c in copies.items()]
+    return [p for p in plans if p is not None and p.missing]
+
+
+def app_keys(ring: Keyring | None = None) -> tuple[dict[str, str], str | None]:
+    """The keyring's pinned agent keys and this app's public client key (None where it has none)."""
+    ring = ring if ring is not None else Keyring()
+    try:
+        known = ring.known_agents()
+    except SecurityError:  # an exposed or damaged file: no pinned key is used, so none is offered
+        known = {}
+    try:
+        client = ring.public("client")
+    except SecurityError:
+        client = None
+    return known, client
 
 
 def plan_job(run_id: str, copies: Mapping[str, Mapping], here: str, known: Mapping[str, str] | None = None,

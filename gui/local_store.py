@@ -200,7 +200,7 @@ class LocalStore:
         with transaction(self.db):
             self.db.execute("INSERT OR REPLACE INTO jobs (id, title, added, declined) VALUES (?, ?, ?, 0)",
                             [run_id, title, time.time()])
-            self.db.executemany("INSERT OR REPLACE INTO job_agents VALUES (?, ?, ?, ?)",
+            self.db.conn.executemany("INSERT OR REPLACE INTO job_agents VALUES (?, ?, ?, ?)",
                                 [(run_id, *m) for m in members])
 
     def decline_job(self, run_id: str, title: str) -> None:
