@@ -15,7 +15,7 @@ in the store and are drawn faint, so the curve itself is continuous.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -23,6 +23,7 @@ import numpy as np
 
 from pilothouse.event_text import resume_label
 
+from .jobs import is_job_node
 from .local_store import LocalStore
 
 RunKey = tuple[str, str]  # (agent URL, run id)
@@ -42,17 +43,20 @@ class Attempt:
         return resume_label(self.number, self.host, self.after)
 
 
-def members(runs: Iterable[tuple[RunKey, str, float]]) -> dict[RunKey, list[RunKey]]:
-    """(key, project, created) of every run -> each run's key and its members, first begun first."""
-    groups: dict[tuple[str, str], list[RunKey]] = {}
+def members(runs: Iterable[tuple[RunKey, str, float]], apart: Collection[RunKey] = ()) -> dict[RunKey, list[RunKey]]:
+    """(key, project, created) of every run -> each run's key and its members, first begun first.
+    The keys ``apart`` are nodes of a multi-node job: running at once, each node's ranks are a run of
+    their own (``pilothouse.gui.jobs``), never one node's resume of another."""
+    groups: dict[tuple[str, str, str], list[RunKey]] = {}
     for key, project, _ in sorted(runs, key=lambda r: (r[2], r[0])):
-        groups.setdefault((key[1], project), []).append(key)
+        groups.setdefault((key[1], project, key[0] if key in apart else ""), []).append(key)
     return {keys[0]: keys for keys in groups.values()}
 
 
 def member_lists(runs: Mapping[RunKey, Mapping]) -> dict[RunKey, list[RunKey]]:
     """Every (agent, id) of ``runs`` (run dicts as the store keeps them) -> its run's members."""
-    groups = members((k, r.get("project") or "", r.get("created") or 0.0) for k, r in runs.items())
+    groups = members(((k, r.get("project") or "", r.get("created") or 0.0) for k, r in runs.items()),
+                     {k for k, r in runs.items() if is_job_node(r)})
     return {m: keys for keys in groups.values() for m in keys}
 
 

@@ -149,6 +149,10 @@ class LocalStore:
             db["settings"].create({"key": str, "value": bytes}, pk="key", if_not_exists=True)
             db["removed_runs"].create({"agent": str, "run": str, "at": float, "pending": int},
                                       pk=("agent", "run"), if_not_exists=True)
+            db["jobs"].create({"id": str, "title": str, "added": float, "declined": int}, pk="id",
+                              not_null={"declined"}, defaults={"declined": 0}, if_not_exists=True)
+            db["job_agents"].create({"job": str, "url": str, "host": str, "agent": str}, pk=("job", "url"),
+                                    if_not_exists=True)
             if not db["run_bytes"].exists():  # a store from before run sizes: count once, then the trigger does
                 db["run_bytes"].create({"agent": str, "run": str, "bytes": int}, pk=("agent", "run"))
                 size = _ENTRY_BYTES.replace("NEW.", "")
@@ -188,6 +192,38 @@ class LocalStore:
         """The remembered agents, oldest first: url, name, added, cursor."""
         return list(self.db.query("SELECT url, name, added, cursor FROM agents WHERE remembered=1 "
                                   "ORDER BY added, url"))
+
+    # --- multi-node jobs: their agents remembered as one (pilothouse.gui.jobs) ---------------
+
+    def remember_job(self, run_id: str, title: str, members: Iterable[tuple[str, str, str]]) -> None:
+        """A job accepted: its agents as (url followed, node host, the node's agent URL), kept together."""
+        with transaction(self.db):
+            self.db.execute("INSERT OR REPLACE INTO jobs (id, title, added, declined) VALUES (?, ?, ?, 0)",
+                            [run_id, title, time.time()])
+            self.db.conn.executemany("INSERT OR REPLACE INTO job_agents VALUES (?, ?, ?, ?)",
+                                [(run_id, *m) for m in members])
+
+    def decline_job(self, run_id: str, title: str) -> None:
+        """The user said no to adding this job's agents: the app does not offer it again."""
+        self.db.execute("INSERT INTO jobs (id, title, added, declined) VALUES (?, ?, ?, 1) "
+                        "ON CONFLICT(id) DO UPDATE SET declined=1", [run_id, title, time.time()])
+
+    def jobs(self) -> list[dict]:
+        """Every job decided on, oldest first: id, title, declined and its ``members`` (url, host, agent)."""
+        members: dict[str, list[tuple[str, str, str]]] = {}
+        for job, url, host, agent in self.db.execute("SELECT job, url, host, agent FROM job_agents ORDER BY rowid"):
+            members.setdefault(job, []).append((url, host, agent))
+        return [{**row, "declined": bool(row["declined"]), "members": members.get(row["id"], [])}
+                for row in self.db.query("SELECT id, title, declined FROM jobs ORDER BY added, id")]
+
+    def forget_job(self, run_id: str) -> list[str]:
+        """Forget a job; the URLs of its agents that no other job holds (the caller stops following them)."""
+        with transaction(self.db):
+            urls = [u for (u,) in self.db.execute("SELECT url FROM job_agents WHERE job=? AND url NOT IN "
+                                                  "(SELECT url FROM job_agents WHERE job<>?)", [run_id, run_id])]
+            self.db.execute("DELETE FROM job_agents WHERE job=?", [run_id])
+            self.db.execute("DELETE FROM jobs WHERE id=?", [run_id])
+        return urls
 
     def adopt_journal(self, url: str, journal: str) -> bool:
         """Check the agent still serves the journal our cursor belongs to.  If it was wiped or

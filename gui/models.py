@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pilothouse.gui.attempts import members
+from pilothouse.gui.jobs import is_job_node
 from pilothouse.gui.run_columns import CONFIG, FIXED, MISSING, SUMMARY, Column, default_config_columns, ordered
 from pilothouse.wire.metric_order import by_importance, importance
 
@@ -37,6 +38,7 @@ class RunRow:
     alerts: int = 0  # rules firing on this run now (pilothouse.gui.alerts)
     attempts: int = 1  # processes that ran it: a crashed trainer started again with its id is attempt 2
     members: tuple[RunKey, ...] = ()  # its (agent, id) pairs, first begun first: more than one once it moved nodes
+    job_node: bool = False  # one node of a multi-node job: its own row, not joined to the others
     config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # flattened: dotted keys
     summary: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # metric -> last value
 
@@ -61,7 +63,7 @@ class RunRow:
                    key_value=summary.get(metric) if metric else None, host=run.get("host") or "",
                    lost_records=run.get("lost_records") or 0, created=run.get("created") or 0.0,
                    attempts=run.get("attempts") if isinstance(run.get("attempts"), int) else 1,
-                   config=flatten(config), summary=dict(summary))
+                   job_node=is_job_node(run), config=flatten(config), summary=dict(summary))
 
     def value(self, column: Column) -> Any:
         """The row's value in ``column`` as it sorts (``MISSING`` where the run has none)."""
@@ -130,7 +132,9 @@ class RunsModel:
         """One row per run: a run resumed on another node shows where it is now (status, step, host,
         last values: its latest member's) under the key of its first, with every attempt counted."""
         self._rows = {}
-        for key, keys in members((k, r.project, r.created) for k, r in self._each.items()).items():
+        each = self._each.items()
+        apart = {k for k, r in each if r.job_node}
+        for key, keys in members(((k, r.project, r.created) for k, r in each), apart).items():
             rows = [self._each[k] for k in keys]
             first, last = rows[0], rows[-1]
             self._rows[key] = replace(last, agent=first.agent, name=first.name, created=first.created,

@@ -11,15 +11,12 @@ import argparse
 import json
 import socket
 import sys
-from urllib.parse import urlsplit
 
 from pilothouse.cli.common import EXIT_ERROR, client_for
 from pilothouse.client import AgentUnavailable, Client
 from pilothouse.security import Keyring
 from pilothouse.text import printable
-from pilothouse.wire.job import format_ranks
-
-TUNNEL_PORT = 17767  # the first local port offered for a tunnel to another node
+from pilothouse.wire.job import TUNNEL_PORT, format_ranks, tunnel_command
 
 
 def cmd_job(args: argparse.Namespace) -> int:
@@ -35,10 +32,9 @@ def cmd_job(args: argparse.Namespace) -> int:
         url = _reach(node, here, args.agent if on_asked == [node] else None)
         state = _state(url, run_id, args) if url else None
         if url is None:
-            local = f"tcp://127.0.0.1:{TUNNEL_PORT + len(tunnels)}"
-            tunnels.append(f"ssh -N -L {local.rsplit(':', 1)[1]}:127.0.0.1:{urlsplit(node['agent']).port} "
-                           f"{node['host']}")
-            urls.append(local)
+            port = TUNNEL_PORT + len(tunnels)
+            tunnels.append(tunnel_command(port, node))
+            urls.append(f"tcp://127.0.0.1:{port}")
         else:
             urls.append(url)
         rows.append({**node, "reached": url, **(state or {})})

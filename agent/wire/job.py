@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from pilothouse.wire.checks import check_int, check_name
 from pilothouse.wire.urls import check_url
 
 MAX_NODES = 4096
 MAX_RANKS = 1 << 16
+TUNNEL_PORT = 17767  # the first local port offered for a tunnel to another node (the CLI's and the app's)
 
 
 def check_nodes(nodes: Any) -> list[dict]:
@@ -23,26 +25,37 @@ def check_nodes(nodes: Any) -> list[dict]:
     seen: set[tuple[str, str]] = set()
     ranks: set[int] = set()
     for node in nodes:
-        if not isinstance(node, dict) or set(node) != {"host", "agent", "ranks"}:
-            raise ValueError("each node must be a map of exactly host, agent and ranks")
-        check_name(node["host"], "node host")
-        try:
-            check_url(node["agent"])
-        except ValueError as exc:
-            raise ValueError(f"node agent: {exc}") from None
+        check_node(node)
         if (node["host"], node["agent"]) in seen:
             raise ValueError(f"node {node['host']} {node['agent']} is listed twice")
         seen.add((node["host"], node["agent"]))
-        if not isinstance(node["ranks"], list) or any(type(r) is not int for r in node["ranks"]):
-            raise ValueError("node ranks must be a list of integers")
-        for r in node["ranks"]:
-            check_int(r, "rank", 0, MAX_RANKS - 1)
-        if node["ranks"] != sorted(set(node["ranks"])):
-            raise ValueError("node ranks must be ascending, each once")
         if ranks.intersection(node["ranks"]):
             raise ValueError(f"rank {min(ranks.intersection(node['ranks']))} is listed on two nodes")
         ranks.update(node["ranks"])
     return nodes
+
+
+def check_node(node: Any) -> dict:
+    """One entry of a job's nodes on its own (the app shows a bad one as unreachable, and why)."""
+    if not isinstance(node, dict) or set(node) != {"host", "agent", "ranks"}:
+        raise ValueError("each node must be a map of exactly host, agent and ranks")
+    check_name(node["host"], "node host")
+    try:
+        check_url(node["agent"])
+    except ValueError as exc:
+        raise ValueError(f"node agent: {exc}") from None
+    if not isinstance(node["ranks"], list) or any(type(r) is not int for r in node["ranks"]):
+        raise ValueError("node ranks must be a list of integers")
+    for r in node["ranks"]:
+        check_int(r, "rank", 0, MAX_RANKS - 1)
+    if node["ranks"] != sorted(set(node["ranks"])):
+        raise ValueError("node ranks must be ascending, each once")
+    return node
+
+
+def tunnel_command(local_port: int, node: dict) -> str:
+    """The SSH tunnel that brings ``node``'s loopback agent to this machine's ``local_port``."""
+    return f"ssh -N -L {local_port}:127.0.0.1:{urlsplit(node['agent']).port} {node['host']}"
 
 
 def group_ranks(members: Iterable[tuple[str, str, int]]) -> list[dict]:

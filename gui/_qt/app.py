@@ -6,6 +6,7 @@ Network I/O lives in ``pilothouse.gui.network`` threads; their callbacks become 
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ from pilothouse.text import printable
 from pilothouse.wire.entries import KIND_EVENT, Entry, entry_body
 
 from ..alerts import Alert, AlertBook, Marker, is_alert, place
+from ..jobs import JobPlan, app_keys, job_ids, offers, plan_job
 from ..local_store import LocalStore
 from ..models import RunKey, RunsModel, first_screen
 from ..network import Health, Links
@@ -48,6 +50,7 @@ from .calls import Calls
 from .charts import ChartsPanel
 from .config import ConfigPanel
 from .export import export_chart_png, export_run_csv
+from .jobs import JobBar
 from .rollouts import RolloutsPanel
 from .runs_table import COLUMNS, RunsHeader, RunsTableModel
 from .status_icons import StatusDelegate
@@ -93,6 +96,7 @@ class MainWindow(QMainWindow):
         self._alerts_dirty = True
         self._closed = False
         self._opened = False  # the first screen (the last selection, else the live runs) is shown
+        self._offered: set[str] = set()  # jobs offered this session (or decided before): never offered twice
         self._build()
         self.bridge.batch.connect(self._on_batch)
         self.bridge.health.connect(self._on_health)
@@ -148,10 +152,18 @@ class MainWindow(QMainWindow):
         self.center = QStackedWidget()
         self.center.addWidget(self.tabs)
         self.center.addWidget(self.empty)
+        self.job_bar = JobBar()
+        self.job_bar.accepted.connect(self.add_job)
+        self.job_bar.declined.connect(self.decline_job)
+        right = QWidget()
+        stack = QVBoxLayout(right)
+        stack.setContentsMargins(0, 0, 0, 0)
+        stack.addWidget(self.job_bar)
+        stack.addWidget(self.center)
 
         self.splitter = QSplitter()
         self.splitter.addWidget(left)
-        self.splitter.addWidget(self.center)
+        self.splitter.addWidget(right)
         self.splitter.setStretchFactor(1, 3)
         self.splitter.setSizes([440, 840])
         self.setCentralWidget(self.splitter)
@@ -179,6 +191,8 @@ class MainWindow(QMainWindow):
         agents = self.menuBar().addMenu("&Agents")
         agents.addAction(QAction("&Add agent…", self, shortcut=QKeySequence("Ctrl+N"), triggered=self._ask_agent))
         agents.addAction(QAction("&Remove agent…", self, triggered=self._forget_agent))
+        self.jobs_menu = agents.addMenu("&Jobs")  # each multi-node job decided on: offer again, remove as one
+        self.jobs_menu.aboutToShow.connect(self._fill_jobs_menu)
         view = self.menuBar().addMenu("&View")
         self.dark = QAction("&Dark theme", self, checkable=True, shortcut=QKeySequence("Ctrl+Shift+D"),
                             toggled=self._theme)
@@ -224,6 +238,8 @@ class MainWindow(QMainWindow):
             entries = [e for e in entries if (url, e.run) not in self.removed]
             runs = None if runs is None else [r for r in runs if (url, r["id"]) not in self.removed]
         if runs is not None:
+            if job_ids(runs) - self._offered:
+                self._offer_jobs()
             joined = {k: self.runs.row(k) for k in self.runs.selected()}
             self.runs.update_agent(url, runs)
             if any(row is not None and row.members != getattr(self.runs.row(k), "members", None)
@@ -524,14 +540,97 @@ class MainWindow(QMainWindow):
         if not ok or not url:
             return
         try:
-            self.links.add(url.strip())
+            self._add_agent(url.strip())
         except ValueError as exc:
             QMessageBox.warning(self, "Add agent", str(exc))
-        else:
-            url = url.strip()
-            self.alert_book.follow(url, self.store.cursor(url), time.time())
         self.alerts.set_agents([a["url"] for a in self.links.agents()])
         self._schedule()
+
+    def _add_agent(self, url: str) -> None:
+        """Follow an agent (ValueError for a bad URL); its alerts notify from now on."""
+        self.links.add(url)
+        self.alert_book.follow(url, self.store.cursor(url), time.time())
+
+    # --- multi-node jobs: the other agents of a job, added and removed as one ----------------
+
+    def _followed(self) -> list[str]:
+        return [a["url"] for a in self.links.agents()]
+
+    def _offer_jobs(self) -> None:
+        """Offer each multi-node job not decided on yet whose other agents the app does not follow (once)."""
+        self._offered |= {j["id"] for j in self.store.jobs()}
+        for plan in offers(self.store.runs(), self._followed(), self._offered, socket.gethostname(), *app_keys()):
+            self._offered.add(plan.run)
+            self.job_bar.offer(plan)
+        self._offered |= job_ids(self.store.runs())  # the rest need nothing: every node is followed
+
+    def job_plan(self, run_id: str) -> JobPlan | None:
+        """The job's nodes and how to reach each, as of now (Agents → Jobs → offer again)."""
+        followed = self._followed()
+        copies = {r["agent"]: r for r in self.store.runs() if r["id"] == run_id and r["agent"] in followed}
+        job = next((j for j in self.store.jobs() if j["id"] == run_id), None)
+        return plan_job(run_id, copies, socket.gethostname(), *app_keys(),
+                        remembered=job["members"] if job else (), used_urls=followed)
+
+    def add_job(self, plan: JobPlan) -> None:
+        """Accepted: follow every agent of the job that can be added, and remember them as one job."""
+        added = []
+        for node in plan.addable:
+            self._add_agent(node.url)
+            added.append(node.url)
+        self.store.remember_job(plan.run, plan.title, plan.members())
+        self.alerts.set_agents(self._followed())
+        text = f"job {printable(plan.title)}: following {len(added)} more agent{'s' * (len(added) != 1)}"
+        if plan.tunnels:
+            self.job_bar.copy_tunnels()
+            text += f"; open {len(plan.tunnels)} SSH tunnel{'s' * (len(plan.tunnels) != 1)} (copied to the clipboard)"
+        if len(plan.addable) < len(plan.missing):
+            text += f"; {len(plan.missing) - len(plan.addable)} not added (Agents → Jobs says why)"
+        self.statusBar().showMessage(text, 15000)
+        self._schedule()
+
+    def decline_job(self, plan: JobPlan) -> None:
+        """Declined: remembered, so this job is not offered again (Agents → Jobs can still add it)."""
+        self.store.decline_job(plan.run, plan.title)
+
+    def remove_job(self, run_id: str, ask: Ask | None = None) -> bool:
+        """Stop following a job's agents (those no other job holds), after one yes; its runs stay browsable."""
+        job = next((j for j in self.store.jobs() if j["id"] == run_id), None)
+        if job is None:
+            return False
+        urls = [u for u, _, _ in job["members"]]
+        text = f"Stop following the {len(urls)} agents of job {printable(job['title'])}?\n" + "\n".join(urls)
+        if urls and not (ask or ask_user(self))("Remove job", text + "\n\nIts runs stay browsable."):
+            return False
+        for url in self.store.forget_job(run_id):
+            self.links.remove(url)
+            self.health.pop(url, None)
+        self.alerts.set_agents(self._followed())
+        self._schedule()
+        return True
+
+    def _fill_jobs_menu(self) -> None:
+        self.jobs_menu.clear()
+        jobs = self.store.jobs()
+        if not jobs:
+            self.jobs_menu.addAction(QAction("no multi-node jobs yet", self, enabled=False))
+        for job in jobs:
+            n = len(job["members"])
+            title = printable(f"{job['title']} ({job['id']})") + (" · declined" if job["declined"] else
+                                                                 f" · {n} agent{'s' * (n != 1)}")
+            sub = self.jobs_menu.addMenu(title)
+            sub.addAction(QAction("Add its agents…", self, triggered=lambda _=False, j=job["id"]: self._offer_again(j)))
+            if n:
+                sub.addAction(QAction("Remove job (stop following its agents)…", self,
+                                      triggered=lambda _=False, j=job["id"]: self.remove_job(j)))
+
+    def _offer_again(self, run_id: str) -> None:
+        plan = self.job_plan(run_id)
+        if plan is None or not plan.missing:
+            self.statusBar().showMessage("every agent of this job is followed" if plan else
+                                         "no agent followed has this job", 8000)
+            return
+        self.job_bar.offer(plan)
 
 
 def _health_text(h: Health) -> str:
