@@ -41,3 +41,10 @@ def name_arg(what: str) -> Callable[[str], str]:
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return check
+
+
+def print_table(rows: list[tuple[str, ...]]) -> None:
+    """Rows of cells (the first a header) in columns as wide as their widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())

@@ -12,7 +12,7 @@ import json
 import socket
 import sys
 
-from pilothouse.cli.common import EXIT_ERROR, client_for
+from pilothouse.cli.common import EXIT_ERROR, client_for, print_table
 from pilothouse.client import AgentUnavailable, Client
 from pilothouse.security import Keyring
 from pilothouse.text import printable
@@ -51,9 +51,7 @@ def cmd_job(args: argparse.Namespace) -> int:
         status = r.get("status") or ("not reachable from here" if r["reached"] is None else "unreachable")
         table.append(tuple(map(printable, (r["host"], r["agent"], format_ranks(r["ranks"]) or "-", status,
                                            "-" if r.get("last_step") is None else str(r["last_step"])))))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    print_table(table)
     if tunnels:
         print("reach the other nodes from here (one tunnel each, to their loopback agents):")
         for t in tunnels:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
+from pilothouse.cli.common import EXIT_ERROR, Reader, client_for, print_table
 from pilothouse.cli.job import cmd_job
 from pilothouse.cli.tail import MetricFilter, Tail, terminal_width
 from pilothouse.client import Client
@@ -71,9 +71,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                      "-" if r["last_step"] is None else str(r["last_step"]), *size, r["host"] or "-",
                      f"{lost} rec" if lost else "0", str(r.get("attempts") or 1),
                      ",".join(r.get("alerts") or []) or "-", headline, values))))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    print_table(rows)
     if args.size:
         print(f"{fmt_bytes(sum(r.get('bytes') or 0 for r in runs))} in {len(runs)} run{'s' if len(runs) != 1 else ''}")
     return 0

@@ -559,10 +559,11 @@ class MainWindow(QMainWindow):
     def _offer_jobs(self) -> None:
         """Offer each multi-node job not decided on yet whose other agents the app does not follow (once)."""
         self._offered |= {j["id"] for j in self.store.jobs()}
-        for plan in offers(self.store.runs(), self._followed(), self._offered, socket.gethostname(), *app_keys()):
+        runs = self.store.runs()
+        for plan in offers(runs, self._followed(), self._offered, socket.gethostname(), *app_keys()):
             self._offered.add(plan.run)
             self.job_bar.offer(plan)
-        self._offered |= job_ids(self.store.runs())  # the rest need nothing: every node is followed
+        self._offered |= job_ids(runs)  # the rest need nothing: every node is followed
 
     def job_plan(self, run_id: str) -> JobPlan | None:
         """The job's nodes and how to reach each, as of now (Agents → Jobs → offer again)."""
