@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -25,6 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from pilothouse.client import reachable
 from pilothouse.paths import default_data_dir
+from pilothouse.trainer.launcher import spawn_agent
 from pilothouse.wire.urls import DEFAULT_PORT
 
 log = logging.getLogger("pilothouse")
@@ -88,11 +88,7 @@ class NodeAgent:
                 time.sleep(1.0)
 
     def _start(self) -> subprocess.Popen:
-        log_path = self.data / "agent.log"
-        with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
-            return subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--bind", self._url,
-                                     "--data", str(self.data)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    close_fds=True, preexec_fn=_die_with_parent)
+        return spawn_agent(self._url, self.data, preexec_fn=_die_with_parent)
 
 
 def start_agents(*, port: int = DEFAULT_PORT, data_dir: str | None = None) -> dict[str, str]:
@@ -122,11 +118,7 @@ def start_agents(*, port: int = DEFAULT_PORT, data_dir: str | None = None) -> di
 
 def stop_agents() -> None:
     """End the agents this module started (their journals stay); the cluster's end does it too."""
-    for node in ray.nodes():
-        try:
-            handle = ray.get_actor(ACTOR_PREFIX + node["NodeID"], namespace=NAMESPACE)
-        except ValueError:
-            continue
+    for handle in _node_actors():
         ray.get(handle.stop.remote(), timeout=60)
         ray.kill(handle, no_restart=True)
 
@@ -135,12 +127,8 @@ def agent_here() -> str | None:
     """The URL of this node's agent, if ``start_agents`` put one here (None otherwise)."""
     if not ray.is_initialized():
         return None
-    node_id = ray.get_runtime_context().get_node_id()
-    try:
-        handle = ray.get_actor(ACTOR_PREFIX + node_id, namespace=NAMESPACE)
-    except ValueError:
-        return None
-    return ray.get(handle.url.remote(), timeout=START_SECONDS)
+    handles = _node_actors([ray.get_runtime_context().get_node_id()])
+    return ray.get(handles[0].url.remote(), timeout=START_SECONDS) if handles else None
 
 
 def cluster_nodes() -> list[dict] | None:
@@ -148,14 +136,19 @@ def cluster_nodes() -> list[dict] | None:
     (None without them).  Ray places actors, not ranks, so no ranks are listed."""
     if not ray.is_initialized():
         return None
+    infos = ray.get([h.info.remote() for h in _node_actors()], timeout=START_SECONDS)
+    return [{"host": h, "agent": u, "ranks": []} for h, u in sorted({(i["host"], i["url"]) for i in infos})] or None
+
+
+def _node_actors(node_ids: list[str] | None = None) -> list:
+    """The actors ``start_agents`` put on these nodes (default: every node of the cluster), where there is one."""
     handles = []
-    for node in ray.nodes():
+    for node_id in node_ids if node_ids is not None else [n["NodeID"] for n in ray.nodes()]:
         try:
-            handles.append(ray.get_actor(ACTOR_PREFIX + node["NodeID"], namespace=NAMESPACE))
+            handles.append(ray.get_actor(ACTOR_PREFIX + node_id, namespace=NAMESPACE))
         except ValueError:
             continue
-    infos = ray.get([h.info.remote() for h in handles], timeout=START_SECONDS)
-    return [{"host": h, "agent": u, "ranks": []} for h, u in sorted({(i["host"], i["url"]) for i in infos})] or None
+    return handles
 
 
 def _kept_port(data: Path) -> int:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from pilothouse.client import reachable
 from pilothouse.paths import default_data_dir
@@ -24,10 +25,16 @@ def ensure_local_agent(url: str, data_dir: Path | None = None) -> None:
         return
     data_dir = data_dir or default_data_dir()
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    spawn_agent(url, data_dir, start_new_session=True)
+    log.info("pilothouse: started a local agent on %s (data in %s)", url, data_dir)
+
+
+def spawn_agent(url: str, data_dir: Path, **popen: Any) -> subprocess.Popen:
+    """``pilothouse agent`` on ``url`` with its journal in ``data_dir``, its output appended to the
+    owner-only ``agent.log`` there; ``popen``: how it is tied to its parent (a session of its own, or
+    a parent-death signal)."""
     log_path = data_dir / "agent.log"
     with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
         os.chmod(log_path, 0o600)
-        subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--bind", url, "--data", str(data_dir)],
-                         stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-                         close_fds=True)
-    log.info("pilothouse: started a local agent on %s (data in %s)", url, data_dir)
+        return subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--bind", url, "--data", str(data_dir)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, close_fds=True, **popen)
