@@ -134,9 +134,9 @@ class Points(NamedTuple):
 
 def read_run(store: LocalStore, keys: Sequence[RunKey],
              runs: Mapping[RunKey, Mapping]) -> tuple[Timeline, Iterator[Points]]:
-    """A run's attempts and every point of its members ``keys``, a metric at a time (read them in one
-    ``store.snapshot()``).  Which points are superseded is known only once every attempt's first step
-    is: a run resumed is read twice, the first time for those steps, so memory stays one metric's."""
+    """A run's attempts and every point of its members ``keys``, a part of a metric at a time (read them
+    in one ``store.snapshot()``).  Which points are superseded is known only once every attempt's first step
+    is: a run resumed is read twice, the first time for those steps, so memory stays one part's."""
     timeline = Timeline(attempts([(m, runs.get(m, {}), store.events(*m)) for m in keys]))
     if len(timeline.attempts) > 1:
         for p in _points(store, keys, timeline):
@@ -147,8 +147,8 @@ def read_run(store: LocalStore, keys: Sequence[RunKey],
 def _points(store: LocalStore, keys: Sequence[RunKey], timeline: Timeline) -> Iterator[Points]:
     for member in keys:
         for metric in store.metrics(*member):
-            steps, vals, times = store.series(*member, metric)
-            yield Points(member, metric, steps, vals, times, timeline.numbers(member, times))
+            for steps, vals, times in store.series_parts(*member, metric):
+                yield Points(member, metric, steps, vals, times, timeline.numbers(member, times))
 
 
 def _number(value: object) -> float:

@@ -62,6 +62,7 @@ BATCH_SECONDS = 0.01
 BATCH_ROWS = 5000
 FIRST_BATCH = 64
 BATCH_PAUSE = 0.02
+PART_POINTS = 1 << 20  # points a part of a streamed metric holds (about 24 MB)
 INDEX_TEXT_BYTES = 256 * 1024  # rollout text one indexing transaction takes: about 12 ms
 # An entry's share of the file: its blobs and names plus about what SQLite spends per row in
 # the table and its two indexes.
@@ -327,6 +328,22 @@ class LocalStore:
         rows = self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND run=? AND kind=? "
                                "AND metric=? ORDER BY id", [agent, run, KIND_METRIC, metric]).fetchall()
         return join_chunks(rows)
+
+    def series_parts(self, agent: str, run: str, metric: str,
+                     points: int = PART_POINTS) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``series`` in parts of about ``points`` points (whole entries), in arrival order: an export or
+        a resumed run's read goes through a metric of any length without holding it."""
+        found = self.db.execute("SELECT steps, vals, times, n FROM entries WHERE agent=? AND run=? AND kind=? "
+                                "AND metric=? ORDER BY id", [agent, run, KIND_METRIC, metric])
+        part, held = [], 0
+        for row in found:
+            part.append(row)
+            held += row[3]
+            if held >= points:
+                yield join_chunks(part)
+                part, held = [], 0
+        if part:
+            yield join_chunks(part)
 
     def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int) -> TierView:
         """What a chart draws of steps x0..x1 on ``pixels`` columns, read from the tiers: a few

@@ -148,3 +148,21 @@ def test_connections_opening_a_new_store_together_all_succeed(tmp_path):
         for t in threads:
             t.join()
     assert errors == []
+
+
+def test_series_parts_hold_whole_entries_and_join_to_the_series(tmp_path):
+    store = LocalStore(tmp_path / "store.sqlite")
+    store.add_agent(A)
+    sizes = [3, 1, 4, 1, 5, 9, 2, 6]
+    entries, step = [], 0
+    for i, n in enumerate(sizes, 1):
+        steps = list(range(step, step + n))
+        entries.append(chunk(i, "r1", "loss", steps, [s * 0.5 for s in steps]))
+        step += n
+    store.write_page(A, entries, len(entries))
+    parts = list(store.series_parts(A, "r1", "loss", points=5))
+    assert [len(p[0]) for p in parts] == [8, 6, 9, 8]  # whole entries, each part closed once it holds 5
+    whole = store.series(A, "r1", "loss")
+    for got, want in zip((np.concatenate([p[k] for p in parts]) for k in range(3)), whole):
+        assert got.tobytes() == want.tobytes()
+    assert list(store.series_parts(A, "r1", "nothing")) == []

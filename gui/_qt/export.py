@@ -78,7 +78,7 @@ def _legend_rows(entries: list[tuple[str, str, bool]], metrics: QFontMetrics,
 def export_run_csv(store: LocalStore, agent: str, run: str, path: str | Path) -> int:
     """Every point of every metric of the run, every attempt's, in the long format of ``pilothouse
     export`` with ``attempt`` and ``superseded`` after it.  Returns the number of points written.
-    A page per member's metric, read as it is written: memory stays one metric's."""
+    A page per part of a member's metric, read as it is written: memory stays one part's."""
     with store.snapshot(), open(path, "w", newline="") as out:
         runs = {(r["agent"], r["id"]): r for r in store.runs()}
         timeline, points = read_run(store, member_lists(runs).get((agent, run), [(agent, run)]), runs)
