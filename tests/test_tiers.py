@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from pilothouse.gui.local_store import LocalStore
-from pilothouse.gui.tiers import BASE, BLOCK, WIDTHS, first_level, level_for, points, reduce
+from pilothouse.tier_table import BLOCK
+from pilothouse.tiers import BASE, WIDTHS, first_level, level_for, points, reduce
 from pilothouse.wire.entries import Entry
 
 A = "tcp://127.0.0.1:7001"

@@ -1,0 +1,99 @@
+"""The tiers of ``pilothouse.tiers`` stored in SQLite, in the writer's own transaction.
+
+One row per (key, level, block of BLOCK buckets): the block's filled buckets as one ``RECORD``
+array blob (a sparse run costs per filled bucket, not per step), and, where the owner reads raw
+points through the tiers (the app's store), at level 0 the sorted ids of the entries with points
+in the block.  Writing a page touches one or two block rows per level per metric (the run's tail).
+The key is the columns that name a metric: (agent, run, metric) in the app's store, (run, metric)
+in the agent's journal.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+
+from pilothouse.tiers import LEVELS, RECORD, WIDTHS, first_level, reduce, regroup, whole
+
+BLOCK = 128  # buckets per stored row: a live append rewrites at most ~12 KB per level
+NO_IDS = np.empty(0, np.int64)
+
+
+class TierTable:
+    """The ``tiers`` table of one connection; every write is in the caller's transaction."""
+
+    def __init__(self, conn: sqlite3.Connection, keys: tuple[str, ...], *, ids: bool) -> None:
+        self.conn, self.keys, self.ids = conn, keys, ids
+        self._key = " AND ".join(f"{k}=?" for k in keys)
+
+    def create(self) -> None:
+        columns = "".join(f"{k} TEXT NOT NULL, " for k in self.keys)
+        self.conn.execute(f"CREATE TABLE IF NOT EXISTS tiers ({columns}level INTEGER NOT NULL, block INTEGER NOT "
+                          f"NULL, records BLOB NOT NULL, ids BLOB, PRIMARY KEY ({', '.join(self.keys)}, level, block))")
+
+    def fold(self, key: tuple, steps: np.ndarray, vals: np.ndarray, ids: np.ndarray | None = None) -> int:
+        """Fold points (in arrival order; ``ids``: each point's entry, kept when the table keeps
+        ids) into every level; returns the bytes of block rows written."""
+        listed = _ids_by_block(np.floor_divide(steps, WIDTHS[0] * BLOCK), ids) if self.ids else {}
+        new = first_level(steps, vals)
+        written = 0
+        for level, width in enumerate(WIDTHS):
+            if level:
+                new = regroup(new, width)
+            blocks = np.floor_divide(new["bucket"], BLOCK)
+            stored = {b: (rec, got) for b, rec, got in self.rows(key, level, int(blocks[0]), int(blocks[-1]))}
+            old = [rec for rec, _ in stored.values()]
+            merged = reduce(np.concatenate([*old, new])) if old else new  # stored ones arrived first
+            cuts = np.flatnonzero(np.diff(np.floor_divide(merged["bucket"], BLOCK))) + 1
+            touched, rows = set(blocks.tolist()), []
+            for part in np.split(merged, cuts):
+                block = int(part["bucket"][0] // BLOCK)
+                if block not in touched:  # a stored block between two new ones (an out-of-order page)
+                    continue
+                got = None
+                if level == 0 and self.ids:
+                    before = stored[block][1] if block in stored else NO_IDS
+                    got = np.union1d(before, listed.get(block, NO_IDS)).tobytes()
+                rows.append((*key, level, block, part.tobytes(), got))
+                written += part.nbytes + (len(got) if got else 0)
+            self.conn.executemany(f"INSERT OR REPLACE INTO tiers VALUES ({', '.join('?' * (len(key) + 4))})", rows)
+        return written
+
+    def rows(self, key: tuple, level: int, b0: int, b1: int) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
+        """(block, buckets, entry ids or None) of the stored blocks b0..b1 of ``level``."""
+        rows = self.conn.execute(f"SELECT block, records, ids FROM tiers WHERE {self._key} AND level=? "
+                                 "AND block BETWEEN ? AND ? ORDER BY block", [*key, level, b0, b1]).fetchall()
+        return [(b, np.frombuffer(r, RECORD), None if i is None else np.frombuffer(i, np.int64)) for b, r, i in rows]
+
+    def block_span(self, level: int, x0: float, x1: float) -> tuple[int, int]:
+        """The blocks of ``level`` holding steps x0..x1."""
+        span = WIDTHS[level] * BLOCK
+        return int(np.floor(x0 / span)), int(np.floor(x1 / span))
+
+    def stored_blocks(self, key: tuple, level: int, x0: float, x1: float) -> int:
+        """How many block rows a read of x0..x1 at ``level`` would read (an index count, no blobs)."""
+        b0, b1 = self.block_span(level, x0, x1)
+        return self.conn.execute(f"SELECT COUNT(*) FROM tiers WHERE {self._key} AND level=? AND block BETWEEN ? AND ?",
+                                 [*key, level, b0, b1]).fetchone()[0]
+
+    def buckets(self, key: tuple, level: int, x0: float, x1: float) -> np.ndarray:
+        """The filled buckets of ``level`` overlapping steps x0..x1, in step order."""
+        width = WIDTHS[level]
+        k0, k1 = int(np.floor(x0 / width)), int(np.floor(x1 / width))
+        rows = self.rows(key, level, k0 // BLOCK, k1 // BLOCK)
+        rec = np.concatenate([r for _, r, _ in rows]) if rows else np.empty(0, RECORD)
+        return rec[(rec["bucket"] >= k0) & (rec["bucket"] <= k1)]
+
+    def summary(self, key: tuple) -> np.ndarray:
+        """One record of the whole metric (count, x and y extent, non-finite count); empty if none."""
+        return whole(self.buckets(key, LEVELS - 1, -2.0 ** 63, 2.0 ** 63))
+
+
+def _ids_by_block(blocks: np.ndarray, ids: np.ndarray) -> dict[int, np.ndarray]:
+    """The sorted distinct entry ids with points in each level-0 block."""
+    change = np.ones(len(ids), bool)
+    change[1:] = (blocks[1:] != blocks[:-1]) | (ids[1:] != ids[:-1])  # runs of one entry's points in one block
+    pairs = np.unique(np.stack([blocks[change], ids[change]], axis=1), axis=0)
+    cuts = np.flatnonzero(np.diff(pairs[:, 0])) + 1
+    return {int(p[0, 0]): p[:, 1].copy() for p in np.split(pairs, cuts)}
