@@ -21,6 +21,7 @@ import zmq
 import zmq.utils.monitor
 
 from pilothouse.security import HANDSHAKE_FAILED, Keyring, SecurityError, client_keys
+from pilothouse.tiers import RECORD, level_for
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_METRIC, KIND_ROLLOUTS, Entry, Page, check_page, join_chunks
 from pilothouse.wire.messages import ACK_STATES, MAX_MESSAGE_BYTES, ProtocolError, message, pack, unpack
@@ -161,6 +162,23 @@ class Client:
         if not isinstance(data, dict):
             raise ProtocolError("the agent's read answer is malformed")
         return check_page(data.get("entries"), data.get("cursor"))
+
+    def tiers(self, run: str, metric: str, x0: float, x1: float, pixels: int = 1000,
+              level: int | None = None) -> np.ndarray | None:
+        """The buckets of ``metric``'s tiers over steps x0..x1 (``pilothouse.tiers.RECORD``), at
+        ``level`` or at the one that gives ``pixels`` columns at least two buckets each; None while
+        the agent is still building the run's tiers (read its points instead)."""
+        if level is None:
+            level = max(level_for(x0, x1, pixels), 0)
+        data = self.request("tiers", run=run, metric=metric, level=level, x0=x0, x1=x1)
+        if not isinstance(data, dict) or not isinstance(data.get("ready"), bool):
+            raise ProtocolError("the agent's tiers answer is malformed")
+        if not data["ready"]:
+            return None
+        blob = data.get("records")
+        if data.get("level") != level or not isinstance(blob, bytes) or len(blob) % RECORD.itemsize:
+            raise ProtocolError("the agent's tiers answer is malformed")
+        return np.frombuffer(blob, RECORD)
 
     def history(self, run: str | None = None, kinds: Iterable[str] | None = None,
                 after: int = 0) -> Iterator[Page]:

@@ -112,6 +112,7 @@ class ImportDesk:
         store.event(run, "imported", {"who": args.get("who"), "entries": entries, "points": points,
                                       "source": _source(args.get("source")), **why})
         self._drop(token)
+        store.tiers.rebuild(run)  # its tiers are built from its entries, a step at a time between turns
         store.index_due = True  # its rollout batches wait in the search index's queue
         self.landed = True
         return {"run": run, "entries": entries, "points": points, "status": status}

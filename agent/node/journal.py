@@ -22,6 +22,7 @@ import numpy as np
 
 from pilothouse.db import open_db
 from pilothouse.node import packed_chunks
+from pilothouse.node.journal_tiers import JournalTiers
 from pilothouse.rollout_search import RolloutSearch
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import (
@@ -106,6 +107,7 @@ class Store:
         self.path = Path(path)
         self.db = open_db(self.path)  # explicit transactions: one per agent loop turn
         self._create_tables()
+        self.tiers = JournalTiers(self.db.conn)  # every metric's min/max tiers, kept as entries commit
         self.journal_id = self._journal_id()
         self.head = self._stored_head()
         self.max_seq = self._load_streams()
@@ -208,6 +210,7 @@ class Store:
             self.db.conn.executemany("INSERT OR REPLACE INTO last_values VALUES (?,?,?)",
                                      [(run, m, _F64.pack(self.summaries[run][m])) for run, m in self._dirty_last])
             self._dirty_last.clear()
+        self.tiers.committed(entries, self.removing)
         self._undo.clear()
         if len(self._known_metrics) > 100_000:  # a cache of checked names, not a record: keep it bounded
             self._known_metrics.clear()
@@ -243,6 +246,7 @@ class Store:
         self.max_seq = self._load_streams()
         self.removing = self._load_removing()
         self.summaries.clear()
+        self.tiers.reload()
 
     def _load_streams(self) -> dict[Stream, int]:
         return {(r, k, s): n for r, k, s, n in self.db.execute("SELECT run, rank, session, max_seq FROM streams")}
@@ -422,6 +426,8 @@ class Store:
         once none is left, its run, last values, commands and streams.  Returns the run whose removal
         this finished, if it did.  Other runs' rows and every entry id stay as they are."""
         run = next(iter(self.removing))
+        if not self.tiers.remove_some(run):
+            return None
         batch, rollouts, total = [], [], 0
         for entry_id, kind, entry_bytes in self.db.execute(
                 f"SELECT id, kind, {_ENTRY_BYTES} + IIF(kind='{KIND_ROLLOUTS}', n * {UNINDEX_ROW_BYTES}, 0) "
@@ -618,6 +624,19 @@ class Store:
                                          [end - packed_chunks.MAX_SPAN, end, end, *args[1:]])
             entries.extend(_unpacked(row, after, end) for row in map(Entry._make, straddling))
         return entries, end
+
+    def tier_buckets(self, run: str, metric: str, level: int, x0: float, x1: float) -> np.ndarray:
+        """The filled buckets of ``metric``'s tiers at ``level`` over steps x0..x1 (see
+        ``JournalTiers.buckets``); LookupError for a run or metric this journal does not have."""
+        if not self.has_run(run):
+            raise LookupError(f"no run with id {run!r}")
+        if self.db.execute("SELECT 1 FROM last_values WHERE run=? AND metric=?", [run, metric]).fetchone() is None:
+            raise LookupError(f"run {run} has no metric {metric[:80]!r}")
+        return self.tiers.buckets(run, metric, level, x0, x1)
+
+    def build_tiers_some(self) -> str | None:
+        """One bounded step of building the tiers of a run that lacks some; the run, once whole."""
+        return self.tiers.build_some(self.read, self.head)
 
     def series(self, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, values, wall_times) of one metric, every point, in arrival order."""

@@ -2,7 +2,8 @@
 
 ``pilothouse agent --recover`` copies every row SQLite can still read, table by table, into a
 fresh journal; where a range of rows cannot be read it narrows the range down to single rows, so
-one bad page costs the rows on that page, not the run.  The damaged file is kept beside it.
+one bad page costs the rows on that page, not the run.  The damaged file is kept beside it.  The
+tiers are not copied: the agent builds them again from the salvaged points, between turns.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def recover(path: Path) -> Salvage:
         for table in TABLES:
             kept, lost = _copy(src, dst.conn, table)
             salvage.kept[table], salvage.lost[table] = kept, lost
+        dst.execute("INSERT OR IGNORE INTO tier_marks SELECT id, 0 FROM runs")  # tiers built again, between turns
     finally:
         src.close()
         dst.close()

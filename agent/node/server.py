@@ -29,6 +29,7 @@ from pilothouse.node.disk_space import REMIND_EVERY, DiskSpace, is_disk_full
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.import_desk import ImportDesk
 from pilothouse.node.journal import Store
+from pilothouse.node.journal_tiers import NotReady
 from pilothouse.node.liveness import HELLO, Liveness, Session, Sessions, ended_as
 from pilothouse.node.recover import corrupt_message, is_corrupt
 from pilothouse.node.retention import Retention
@@ -36,8 +37,9 @@ from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.rollout_search import ROW_BITS
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
+from pilothouse.tiers import LEVELS, WIDTHS
 from pilothouse.version import __version__
-from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, check_name, query_arg
+from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, check_name, check_step_bound, query_arg
 from pilothouse.wire.entries import check_kinds
 from pilothouse.wire.messages import (
     MAX_INBOUND_BYTES,
@@ -128,7 +130,7 @@ class Agent:
             "ping": self._op_ping, "runs": self._op_runs, "resolve": self._op_resolve, "read": self._op_read,
             "alerts": self.alerts.op_alerts, "alert_add": self.alerts.op_alert_add,
             "alert_rm": self.alerts.op_alert_rm, "key_metric": self._op_key_metric,
-            "key_metric_set": self._op_key_metric_set, "rollouts": self._op_rollouts,
+            "key_metric_set": self._op_key_metric_set, "rollouts": self._op_rollouts, "tiers": self._op_tiers,
         }
         self.imports = ImportDesk(self.store)  # a run from an archive: hidden until its last batch is in
         self._ops.update({"import_begin": self.imports.op_begin, "import_batch": self.imports.op_batch,
@@ -162,7 +164,8 @@ class Agent:
             while not self._stop.is_set():
                 now = time.monotonic()
                 behind = self.feed.behind()
-                busy = behind or self.retention.pending() or self.compactor.pending() or self.store.index_due
+                busy = behind or self.retention.pending() or self.compactor.pending() or self.store.index_due \
+                    or bool(self.store.tiers.building)
                 timeout = 0 if busy else max(0.0, min(next_sample, next_check) - now)
                 if poller.poll(int(min(timeout, 0.2) * 1000)):
                     self._turn()
@@ -182,6 +185,8 @@ class Agent:
                     self._timer(self._index_some)
                 elif self.compactor.pending():  # and, with nothing else to do, one packing step
                     self._timer(self._compact_some)
+                if self.store.tiers.building:  # and one step of building tiers a run lacks (an old journal)
+                    self._timer(self._build_tiers)
         finally:
             self._stop.set()
             self.alerts.hooks.stop()
@@ -189,6 +194,7 @@ class Agent:
             self._close_sockets()
             self.store.begin()
             self.store.set_status(self._system_run, "finished", time.time(), reason="agent stopped")
+            self.store.tiers.flush_all()
             self.store.commit()
             self.store.db.close()
             log.info("pilothouse agent stopped")
@@ -249,6 +255,12 @@ class Agent:
         except Exception:
             self.compactor.failed()  # undone: counted again, and tried again in a second
             raise
+
+    def _build_tiers(self) -> None:
+        with self._writing():
+            run = self.store.build_tiers_some()
+        if run is not None:
+            log.info("tiers of run %s built", run)
 
     def _index_some(self) -> None:
         try:
@@ -691,6 +703,24 @@ class Agent:
         limit = min(query_arg(args, "limit_points", int, MAX_PAGE_POINTS), MAX_PAGE_POINTS)
         entries, cursor = self.store.read(after, run=run, kinds=check_kinds(args.get("kinds")), limit_points=limit)
         return {"entries": entries, "cursor": cursor}
+
+    def _op_tiers(self, args: dict) -> dict:
+        """The buckets of one metric's tiers at ``level`` over steps x0..x1 (``records``: a
+        ``pilothouse.tiers.RECORD`` array), so an app that never saw a run draws it at once;
+        ``ready`` False while the run's tiers are being built (its points are read meanwhile)."""
+        unknown = set(args) - {"run", "metric", "level", "x0", "x1"}
+        if unknown:
+            raise ValueError(f"a tiers query takes run, metric, level, x0 and x1, not {', '.join(sorted(unknown))}")
+        run, metric = query_arg(args, "run", str), check_name(args.get("metric"), "metric name")
+        level = check_int(args.get("level"), "level", 0, LEVELS - 1)
+        x0, x1 = (check_step_bound(args.get(k), k) for k in ("x0", "x1"))
+        if x1 < x0:
+            raise ValueError(f"x1 must not be below x0, got {x0:g}..{x1:g}")
+        try:
+            rec = self.store.tier_buckets(run, metric, level, x0, x1)
+        except NotReady as exc:
+            return {"ready": False, "detail": str(exc)}
+        return {"ready": True, "level": level, "width": WIDTHS[level], "records": rec.tobytes()}
 
     def _op_rollouts(self, args: dict) -> dict:
         """A run's rollouts of one step or of its latest steps, without reading the run from its start;

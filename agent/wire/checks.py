@@ -7,6 +7,7 @@ with a message that names the field.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from typing import Any
@@ -58,6 +59,16 @@ def check_int(value: Any, what: str, lo: int = 0, hi: int = INT64_MAX) -> int:
     if type(value) is not int or not lo <= value <= hi:
         raise ValueError(f"{what} must be an int in [{lo}, {hi}], got {str(value)[:40]}")
     return value
+
+
+def check_step_bound(value: Any, what: str) -> float:
+    """One end of a step range: a finite number within int64, as steps are."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number, not {type(value).__name__}")
+    if not math.isfinite(value) or abs(value) > 2.0 ** 63:
+        raise ValueError(f"{what} must be a finite step within int64, got {str(value)[:40]}")
+    return float(value)
+
 
 
 def query_arg(args: dict, key: str, kind: type, default: Any = None) -> Any:

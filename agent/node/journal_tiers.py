@@ -1,0 +1,165 @@
+"""The journal's tiers: exact per-bucket min/max of every metric (``pilothouse.tiers``), so an
+app that has never seen a run can draw any range of it from a few buckets per pixel column.
+
+Why buffered: folding a turn's points rewrites the tail block of every level (16 of them) of each
+metric it touched, about 6 KB each on a long run; done every turn, a 1 Hz GPU reading would cost
+tens of KB of writes per second for 24 B of points.  So a run's new points wait in memory and are
+folded once a run holds FLUSH_POINTS of them or its oldest is FLUSH_SECONDS old; a tiers query
+folds what waits into its answer, so answers are never behind the journal.
+
+Why it survives a crash: ``tier_marks`` has a row for each run whose tiers lack some of its
+entries, with ``folded_to``: every entry of the run up to that id is folded, none after.  A run
+gets the row when its points begin to wait (once, not per turn) and loses it when they are
+folded, in the same transactions.  At start, runs with a row (a crash, an import, a salvaged
+journal, a journal from before the tiers) are brought up to date by ``build_some``, a bounded
+step at a time between turns, reading their entries through the journal's own cursor read (which
+gives the points of packed entries exactly once); meanwhile a query about such a run is told the
+tiers are not ready, and its new entries are left to the builder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pilothouse.tier_table import TierTable
+from pilothouse.tiers import LEVELS, WIDTHS, levels, reduce
+from pilothouse.wire.entries import KIND_METRIC, Entry
+
+FLUSH_POINTS = 65_536  # a run's waiting points folded at once: about 1 MB of memory per run
+FLUSH_SECONDS = 60.0  # or once its oldest waiting point is this old
+BUILD_POINTS = 65_536  # points one build step reads and folds (about 15 ms)
+REMOVE_ROWS = 24  # tier rows a removal step deletes: up to 12 KB each, about a retention batch
+MAX_QUERY_BLOCKS = 256  # block rows one tiers query reads, at most (up to 32 K buckets, 3 MB)
+
+Reader = Callable[..., tuple[list[Entry], int]]  # Store.read
+
+
+class JournalTiers:
+    """The tiers of one journal connection; every write is in the journal's current transaction."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.table = TierTable(conn, ("run", "metric"), ids=False)
+        fresh = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tiers'").fetchone() is None
+        self.table.create()
+        conn.execute("CREATE TABLE IF NOT EXISTS tier_marks (run TEXT PRIMARY KEY, folded_to INTEGER NOT NULL)")
+        if fresh:  # a journal from before the tiers: each run is built from its first entry
+            conn.execute("INSERT OR IGNORE INTO tier_marks SELECT id, 0 FROM runs")
+        self.building: dict[str, int] = {}
+        self.waiting: dict[str, dict[str, list[tuple[bytes, bytes]]]] = {}  # run -> metric -> chunks
+        self._since: dict[str, tuple[float, int]] = {}  # run -> (when its first point began waiting, points)
+        self.written = 0  # bytes of tier rows written since start (what bench_throughput reports)
+        self.reload()
+
+    def reload(self) -> None:
+        """Back to what is committed (after a rollback): what waited in memory is folded by the builder."""
+        self.waiting.clear()
+        self._since.clear()
+        self.building = dict(self.conn.execute("SELECT run, folded_to FROM tier_marks"))
+
+    def rebuild(self, run: str) -> None:
+        """Fold ``run`` again from its first entry (an imported run, whose entries came in around commits)."""
+        self.forget(run)
+        self.conn.execute("DELETE FROM tiers WHERE run=?", [run])
+        self.conn.execute("INSERT OR REPLACE INTO tier_marks VALUES (?, 0)", [run])
+        self.building[run] = 0
+
+    def committed(self, entries: list[Entry], hidden: dict[str, float]) -> None:
+        """The turn's new entries, before its COMMIT: their points wait; runs due are folded."""
+        now = time.monotonic()
+        for e in entries:
+            if e.kind != KIND_METRIC or not e.n or e.run in self.building or e.run in hidden:
+                continue
+            if e.run not in self.waiting:
+                self.conn.execute("INSERT OR REPLACE INTO tier_marks VALUES (?, ?)", [e.run, e.id - 1])
+                self.waiting[e.run] = {}
+                self._since[e.run] = (now, 0)
+            self.waiting[e.run].setdefault(e.metric, []).append((e.steps, e.vals))
+            self._since[e.run] = (self._since[e.run][0], self._since[e.run][1] + e.n)
+        for run, (since, count) in list(self._since.items()):
+            if run not in hidden and (count >= FLUSH_POINTS or now - since >= FLUSH_SECONDS):
+                self.flush(run)
+
+    def flush(self, run: str) -> None:
+        """Fold what of ``run`` waits; its tiers are then whole."""
+        for metric, chunks in self.waiting.pop(run, {}).items():
+            steps, vals = _joined(chunks)
+            self.written += self.table.fold((run, metric), steps, vals)
+        self._since.pop(run, None)
+        self.conn.execute("DELETE FROM tier_marks WHERE run=?", [run])
+
+    def flush_all(self) -> None:
+        for run in list(self.waiting):
+            self.flush(run)
+
+    def forget(self, run: str) -> None:
+        """A run being removed: nothing of it waits or is built any more."""
+        self.waiting.pop(run, None)
+        self._since.pop(run, None)
+        self.building.pop(run, None)
+
+    def build_some(self, read: Reader, head: int) -> str | None:
+        """One bounded step of building the oldest run that needs it; returns it if now whole."""
+        run, folded_to = next(iter(self.building.items()))
+        entries, cursor = read(folded_to, run=run, kinds=(KIND_METRIC,), limit_points=BUILD_POINTS)
+        groups: dict[str, list[Entry]] = {}
+        for e in entries:
+            if e.n:
+                groups.setdefault(e.metric, []).append(e)
+        for metric, chunk in groups.items():
+            steps, vals = _joined([(e.steps, e.vals) for e in chunk])
+            self.written += self.table.fold((run, metric), steps, vals)
+        if cursor >= head:
+            del self.building[run]
+            self.conn.execute("DELETE FROM tier_marks WHERE run=?", [run])
+            return run
+        self.building[run] = cursor
+        self.conn.execute("UPDATE tier_marks SET folded_to=? WHERE run=?", [cursor, run])
+        return None
+
+    def remove_some(self, run: str) -> bool:
+        """Delete up to REMOVE_ROWS tier rows of a run being removed; True once none is left."""
+        self.forget(run)
+        self.conn.execute("DELETE FROM tier_marks WHERE run=?", [run])
+        gone = self.conn.execute("DELETE FROM tiers WHERE rowid IN (SELECT rowid FROM tiers WHERE run=? LIMIT ?)",
+                                 [run, REMOVE_ROWS]).rowcount
+        return gone < REMOVE_ROWS
+
+    def buckets(self, run: str, metric: str, level: int, x0: float, x1: float) -> np.ndarray:
+        """The filled buckets of ``level`` over steps x0..x1, what waits in memory folded in; or
+        LookupError when the range reads more than MAX_QUERY_BLOCKS rows (ask a coarser level),
+        NotReady while the run's tiers are being built."""
+        if run in self.building:
+            raise NotReady(run)
+        stored = self.table.stored_blocks((run, metric), level, x0, x1)
+        if stored > MAX_QUERY_BLOCKS:
+            raise ValueError(f"steps {x0:g}..{x1:g} of {metric!r} hold {stored} blocks of level {level} "
+                             f"({WIDTHS[level]} steps per bucket), more than the {MAX_QUERY_BLOCKS} a query "
+                             f"reads: ask a coarser level (up to {LEVELS - 1}) or a narrower range")
+        rec = self.table.buckets((run, metric), level, x0, x1)
+        chunks = self.waiting.get(run, {}).get(metric)
+        if not chunks:
+            return rec
+        steps, vals = _joined(chunks)
+        new = dict(levels(steps, vals))[level]
+        width = WIDTHS[level]
+        new = new[(new["bucket"] >= np.floor(x0 / width)) & (new["bucket"] <= np.floor(x1 / width))]
+        return reduce(np.concatenate([rec, new]))  # the stored ones arrived first
+
+
+class NotReady(Exception):
+    """A run's tiers are still being built (a journal from before them, an import, a crash)."""
+
+    def __init__(self, run: str) -> None:
+        super().__init__(f"the tiers of run {run} are being built; read its points meanwhile")
+        self.run = run
+
+
+def _joined(chunks: list[tuple[bytes, bytes]]) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of metric chunks given as (steps, vals) blobs, in order."""
+    return (np.frombuffer(b"".join(s for s, _ in chunks), np.int64),
+            np.frombuffer(b"".join(v for _, v in chunks), np.float64))

@@ -1,0 +1,232 @@
+"""The agent journal's tiers, on real SQLite files and a real agent: every level equal to a fold
+of the raw points (spikes, NaN, ±Inf and re-logged steps included) after live turns, packing, a
+crash, an import-like rebuild and a journal from before the tiers; a real trainer's run answered
+over the socket by ``Client.tiers``; bad tiers queries refused with the reason."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+import pytest
+from conftest import AgentProcess, batch_fields, free_port, start_trainer, wait_until
+
+from pilothouse.client import AgentError
+from pilothouse.node import journal_tiers
+from pilothouse.node.compactor import Compactor
+from pilothouse.node.journal import Store
+from pilothouse.node.journal_tiers import MAX_QUERY_BLOCKS, NotReady
+from pilothouse.tiers import LEVELS, WIDTHS, level_for, levels
+
+ALL = (-2.0 ** 63, 2.0 ** 63)
+
+
+def spiky(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A random walk with spikes, NaN and ±Inf, a gap, and a stretch of steps logged again."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(n, dtype=np.int64)
+    steps[n // 2:] += 1_000_000
+    steps = np.concatenate([steps, steps[n // 5: n // 4]])  # a resumed run logs these steps again
+    vals = np.cumsum(rng.standard_normal(len(steps)))
+    spots = rng.integers(0, len(vals), 30)
+    vals[spots[:8]] = 1e9
+    vals[spots[8:16]] = -1e9
+    vals[spots[16:22]] = np.nan
+    vals[spots[22:26]] = np.inf
+    vals[spots[26:]] = -np.inf
+    return steps, vals
+
+
+def ingest(store: Store, run: str, series: dict[str, tuple[np.ndarray, np.ndarray]], per_turn: int,
+           seq: int = 1) -> int:
+    """Each metric's points through Store.ingest, ``per_turn`` steps per committed turn."""
+    n = len(next(iter(series.values()))[0])
+    for lo in range(0, n, per_turn):
+        recs = [(0, int(series["loss"][0][i]), 1.0 + i, {m: float(v[i]) for m, (_, v) in series.items()})
+                for i in range(lo, min(lo + per_turn, n))]
+        store.begin()
+        store.ingest((run, 0, ""), seq, seq, batch_fields(recs), time.time())
+        store.commit()
+        seq += len(recs)
+    return seq
+
+
+def new_run(store: Store, run: str) -> None:
+    store.begin()
+    store.upsert_run({"run": run, "project": "tiers", "name": run, "host": socket.gethostname(), "pid": 1,
+                      "config": {}}, time.time())
+    store.commit()
+
+
+def assert_exact(store: Store, run: str, metric: str, steps: np.ndarray, vals: np.ndarray) -> None:
+    """Every level over the whole range and over a slice, byte for byte the fold of the raw points."""
+    want = dict(levels(steps, vals))
+    lo, hi = float(np.quantile(steps, 0.3)), float(np.quantile(steps, 0.6))
+    for level in range(LEVELS):
+        got = store.tier_buckets(run, metric, level, *ALL)
+        assert got.tobytes() == want[level].tobytes(), f"level {level}"
+        width = 16 * 4 ** level
+        part = want[level][(want[level]["bucket"] >= lo // width) & (want[level]["bucket"] <= hi // width)]
+        if len(store.tiers.table.rows((run, metric), level, 0, 0)) or level:  # any range, same buckets
+            assert store.tier_buckets(run, metric, level, lo, hi).tobytes() == part.tobytes(), f"slice {level}"
+
+
+def build(store: Store) -> None:
+    while store.tiers.building:
+        store.begin()
+        store.build_tiers_some()
+        store.commit()
+
+
+def test_live_turns_waiting_points_and_packing_give_the_fold_of_the_raw_points(tmp_path):
+    store = Store(tmp_path / "journal.sqlite")
+    new_run(store, "r1")
+    loss, reward = spiky(1, 6000), spiky(2, 6000)
+    ingest(store, "r1", {"loss": loss, "reward": (loss[0], reward[1])}, per_turn=7)
+    assert store.tiers.waiting  # not folded yet: a query folds what waits into its answer
+    assert_exact(store, "r1", "loss", *loss)
+    assert_exact(store, "r1", "reward", loss[0], reward[1])
+    store.begin()
+    store.tiers.flush_all()
+    store.commit()
+    assert not store.tiers.waiting and not store.db.execute("SELECT * FROM tier_marks").fetchall()
+    compactor = Compactor(store)
+    while compactor.pending():
+        store.begin()
+        compactor.step()
+        store.commit()
+    assert store.db.execute("SELECT COUNT(*) FROM journal WHERE first_id IS NOT NULL").fetchone()[0] > 0
+    assert_exact(store, "r1", "loss", *loss)  # packing leaves the tiers as they are
+    top = store.tier_buckets("r1", "loss", LEVELS - 1, *ALL)
+    assert top["max"].max() == 1e9 and top["min"].min() == -1e9 and top["bad"].sum() == 14  # spikes kept
+
+
+def test_a_crash_with_points_waiting_is_rebuilt_from_the_journal_between_turns(tmp_path, monkeypatch):
+    monkeypatch.setattr(journal_tiers, "BUILD_POINTS", 500)
+    path = tmp_path / "journal.sqlite"
+    store = Store(path)
+    new_run(store, "r1")
+    first, second = spiky(3, 3000), spiky(4, 3000)
+    seq = ingest(store, "r1", {"loss": first}, per_turn=50)
+    store.begin()
+    store.tiers.flush_all()  # folded up to here
+    store.commit()
+    ingest(store, "r1", {"loss": second}, per_turn=9, seq=seq)
+    store.db.close()  # killed: what waited in memory is gone, its mark is on disk
+    store = Store(path)
+    assert set(store.tiers.building) == {"r1"}
+    with pytest.raises(NotReady, match="being built"):
+        store.tier_buckets("r1", "loss", 0, *ALL)
+    compactor = Compactor(store)  # packing between build steps: the builder reads packed entries exactly once
+    steps_done = 0
+    while store.tiers.building:
+        store.begin()
+        store.build_tiers_some()
+        compactor.step() if compactor.pending() else None
+        store.commit()
+        steps_done += 1
+    assert steps_done > 3  # bounded steps, not one
+    assert_exact(store, "r1", "loss", np.concatenate([first[0], second[0]]), np.concatenate([first[1], second[1]]))
+
+
+def test_a_journal_from_before_the_tiers_builds_them_and_a_removal_deletes_them(tmp_path):
+    path = tmp_path / "journal.sqlite"
+    store = Store(path)
+    runs = {run: spiky(seed, 2500) for seed, run in enumerate(("r1", "r2"))}
+    for run, points in runs.items():
+        new_run(store, run)
+        ingest(store, run, {"loss": points}, per_turn=100)
+    store.db.execute("DROP TABLE tiers")
+    store.db.execute("DROP TABLE tier_marks")
+    store.db.close()
+    store = Store(path)
+    assert set(store.tiers.building) == {"r1", "r2"}
+    build(store)
+    for run, points in runs.items():
+        assert_exact(store, run, "loss", *points)
+    store.begin()
+    store.hide("r1", time.time())
+    store.commit()
+    while "r1" in store.removing:
+        store.begin()
+        store.remove_some(100, 1 << 16)
+        store.commit()
+    assert store.db.execute("SELECT COUNT(*) FROM tiers WHERE run='r1'").fetchone()[0] == 0
+    assert_exact(store, "r2", "loss", *runs["r2"])
+    store.begin()
+    store.tiers.rebuild("r2")  # as an import does
+    store.commit()
+    build(store)
+    assert_exact(store, "r2", "loss", *runs["r2"])
+
+
+TRAINER = """
+run = ph.init(project="tiers", name="socket", agent=URL)
+print(run.id, flush=True)
+n = int(ARGS[0])
+for step in range(n):
+    loss = math.sin(step / 500.0) + (1e6 if step % 7919 == 0 else 0.0)
+    odd = (float("nan"), float("inf"), -float("inf"))[step % 3] if step % 4001 == 0 else step * 1e-3
+    run.log({"loss": loss, "odd": odd}, step=step)
+    if step < 300:
+        run.log({"sparse": float(step % 5)}, step=3_000_000 + step * 2048)  # a level-0 block each
+    if step % 2000 == 0:
+        time.sleep(0.01)
+run.finish()
+"""
+
+
+def test_a_real_agent_answers_tiers_equal_to_a_fold_of_a_real_trainers_points(tmp_path):
+    proc = AgentProcess(tmp_path / "agent", free_port()).start()
+    try:
+        trainer = start_trainer(tmp_path, TRAINER, proc.url, "40000")
+        run = trainer.stdout.readline().strip()
+        assert trainer.wait(120) == 0, trainer.stderr.read()
+        with proc.client() as client:
+            wait_until(lambda: any(r["id"] == run and r["status"] == "finished" for r in client.runs()),
+                       what="the run to finish")
+            for metric in ("loss", "odd", "sparse"):
+                steps, vals, _ = client.series(run, metric)
+                want = dict(levels(steps, vals))
+                for level in (0, 2, 5, LEVELS - 1):
+                    if metric == "sparse" and level == 0:
+                        continue
+                    got = client.tiers(run, metric, *ALL, level=level)
+                    assert got.tobytes() == want[level].tobytes(), (metric, level)
+                for x0, x1, pixels in ((1234.0, 20_000.5, 300), (0, 3_600_000, 500), (17, 39_999, 64)):
+                    level = level_for(x0, x1, pixels)
+                    width = WIDTHS[level]
+                    rec = want[level][(want[level]["bucket"] >= x0 // width) & (want[level]["bucket"] <= x1 // width)]
+                    got = client.tiers(run, metric, x0, x1, pixels)  # the level that fits these columns
+                    assert got.tobytes() == rec.tobytes(), (metric, x0, x1, pixels)
+            top = client.tiers(run, "loss", *ALL, level=LEVELS - 1)
+            assert top["max"].max() == pytest.approx(1e6, rel=1e-3) and top["xmax"][0] % 7919 == 0  # the spike
+            assert client.tiers(run, "odd", *ALL, level=LEVELS - 1)["bad"].sum() == 10  # NaN and ±Inf counted
+
+            bad = [
+                ({"run": "nope", "metric": "loss"}, "no run with id"),
+                ({"metric": "nope"}, "has no metric"),
+                ({"level": LEVELS}, r"level must be an int in \[0, 15\]"),
+                ({"level": -1}, "level must be an int"),
+                ({"level": "2"}, "level must be an int"),
+                ({"level": True}, "level must be an int"),
+                ({"x0": "a"}, "x0 must be a number"),
+                ({"x1": None}, "x1 must be a number"),
+                ({"x0": float("nan")}, "x0 must be a finite step"),
+                ({"x1": 2.0 ** 70}, "x1 must be a finite step"),
+                ({"x0": 10.0, "x1": 5.0}, "x1 must not be below x0"),
+                ({"metric": "sparse", "level": 0}, f"more than the {MAX_QUERY_BLOCKS} a query reads"),
+                ({"run": 7}, "run must be str"),
+                ({"metric": ["loss"]}, "metric name must be a string"),
+                ({"pixels": 3}, "a tiers query takes run, metric, level, x0 and x1, not pixels"),
+            ]
+            for change, why in bad:
+                args = {"run": run, "metric": "loss", "level": 0, "x0": ALL[0], "x1": ALL[1], **change}
+                with pytest.raises(AgentError, match=why):
+                    client.request("tiers", **args)
+            ping = client.ping()
+            assert ping["bad_frames"] == len(bad) and ping["internal_errors"] == 0  # refused, nothing broken
+            assert client.tiers(run, "loss", *ALL, level=LEVELS - 1).tobytes() == top.tobytes()
+    finally:
+        proc.stop()
