@@ -13,6 +13,12 @@ A run's bytes are those of its rows copied into a fresh database with the journa
 counted page by page (``dbstat``), so other runs and free pages do not count.  TensorBoard:
 the size of the event file ``SummaryWriter.add_scalar`` writes for the same points.
 
+The write cost of the journal's tiers (``pilothouse.node.journal_tiers``): the time spent folding
+them, measured around the journal's own tier calls while the points are written, so stored
+points/s with the tiers and without (the same writing less that time); the bytes of tier rows
+written per point (the tail blocks rewritten at each fold included) and the bytes the finished
+tiers take on disk per point.
+
     python benchmarks/bench_storage.py [--steps 1000] [--hours 6]
 """
 
@@ -67,9 +73,14 @@ def gpu_series(hours: float, seed: int = 0) -> Series:
         ("gpu0/mem_used_gb", mem_mib / 1024.0), ("gpu0/mem_total_gb", np.full(n, 80.0)))}
 
 
-def write_plain(path: Path, series: Series) -> int:
-    """The points into a journal, one reading (every metric at one step) per ingest; returns points."""
+def write_plain(path: Path, series: Series) -> tuple[int, float, float, int]:
+    """The points into a journal, one reading (every metric at one step) per ingest; returns points,
+    seconds writing, seconds of it folding tiers, bytes of tier rows written."""
     store = Store(path)
+    folding = [0.0]
+    for name in ("committed", "flush_all"):
+        setattr(store.tiers, name, timed(getattr(store.tiers, name), folding))
+    started = time.perf_counter()
     store.begin()
     store.upsert_run({"run": "bench", "project": "bench", "name": "bench", "host": "h", "pid": 1, "config": {}}, 0.0)
     names = tuple(series)
@@ -83,12 +94,28 @@ def write_plain(path: Path, series: Series) -> int:
             store.commit()
             store.begin()
     store.commit()
+    store.begin()
+    store.tiers.flush_all()  # what still waits in memory, as the agent does when it stops
+    store.commit()
+    took, written = time.perf_counter() - started, store.tiers.written
     store.db.close()
-    return length * len(names)
+    return length * len(names), took, folding[0], written
 
 
-def run_bytes(path: Path) -> int:
-    """Pages the run's metric rows take, copied into a fresh database with the journal's indexes."""
+def timed(call, total: list[float]):
+    """``call``, adding the seconds it takes to ``total[0]`` (instruments the journal's tier work)."""
+    def wrapper(*args):
+        started = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            total[0] += time.perf_counter() - started
+    return wrapper
+
+
+def run_bytes(path: Path, names: str = "'journal', 'j1', 'j2'") -> int:
+    """Pages the run's metric rows (or with ``names`` its tiers: 'tiers', 't1') take, copied into a
+    fresh database with the journal's indexes."""
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "copy.sqlite"
         con = sqlite3.connect(copy)
@@ -96,8 +123,10 @@ def run_bytes(path: Path) -> int:
         con.execute("CREATE TABLE journal AS SELECT * FROM src.journal WHERE kind='m' ORDER BY id")
         con.execute("CREATE INDEX j1 ON journal (run, kind, metric, id)")
         con.execute("CREATE INDEX j2 ON journal (first_id) WHERE first_id IS NOT NULL")
+        con.execute("CREATE TABLE tiers AS SELECT * FROM src.tiers ORDER BY run, metric, level, block")
+        con.execute("CREATE UNIQUE INDEX t1 ON tiers (run, metric, level, block)")
         con.commit()
-        used = con.execute("SELECT SUM(pgsize) FROM dbstat WHERE name IN ('journal', 'j1', 'j2')").fetchone()[0]
+        used = con.execute(f"SELECT SUM(pgsize) FROM dbstat WHERE name IN ({names})").fetchone()[0]
         con.close()
     return used
 
@@ -133,8 +162,9 @@ def tensorboard_bytes(out: Path, series: Series) -> int | None:
 
 def measure(name: str, series: Series, tmp: Path) -> dict:
     path = tmp / f"{name}.sqlite"
-    points = write_plain(path, series)
+    points, took, folding, written = write_plain(path, series)
     plain = run_bytes(path)
+    tiers = run_bytes(path, "'tiers', 't1'")
     held = sorted(pack_all(path))
     packed = run_bytes(path)
     tb = tensorboard_bytes(tmp / f"tb-{name}", series)
@@ -144,7 +174,9 @@ def measure(name: str, series: Series, tmp: Path) -> dict:
     store.db.close()
     return {"series": name, "points": points, "plain": plain / points, "packed": packed / points,
             "tensorboard": None if tb is None else tb / points, "bit_exact": exact,
-            "held_ms_median": 1e3 * median(held), "held_ms_max": 1e3 * held[-1]}
+            "held_ms_median": 1e3 * median(held), "held_ms_max": 1e3 * held[-1],
+            "points_per_s": points / took, "points_per_s_without_tiers": points / (took - folding),
+            "tier_share": folding / took, "tier_written": written / points, "tiers": tiers / points}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -163,6 +195,11 @@ def main(argv: list[str] | None = None) -> dict:
             for r in results]
     print(table(["series", "points", "B/pt written", "B/pt packed", "B/pt TensorBoard", "written/packed",
                  "TensorBoard/packed", "bit-exact", "ms per pack step (median / max)"], rows))
+    rows = [(r["series"], f"{r['points_per_s']:,.0f}", f"{r['points_per_s_without_tiers']:,.0f}",
+             f"{100 * r['tier_share']:.1f} %", f"{r['tier_written']:.2f}", f"{r['tiers']:.2f}",
+             f"{r['tiers'] / r['packed']:.2f}x") for r in results]
+    print(table(["series", "stored pts/s with tiers", "without (tier work taken out)", "time in tiers",
+                 "tier B/pt written", "tier B/pt on disk", "tiers / packed points"], rows))
     saved = write_result("bench_storage", {"results": results})
     print(f"written: a row per metric per reading, as the agent stores a paced step; packed: after the agent's "
           f"compactor; TensorBoard: SummaryWriter's event file. Result: {saved}")

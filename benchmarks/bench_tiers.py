@@ -10,7 +10,16 @@ and painted), and the resident memory after them.  Peers: the app today (every p
 ``EventAccumulator`` (size_guidance 0: keep every point) loading the points ``SummaryWriter``
 wrote, measured at ``--tb-points`` in all and scaled linearly to each size (it reads every event).
 
+``--never-seen N``: the case of an app that has never seen the run.  A finished run of METRICS x N
+points is generated straight into an agent's journal (packed entries of 2,048 points as the
+compactor leaves them, and the journal's tiers), a real agent is started on it, and a client asks
+what the app asks first: the run list, then for each metric its extent (the top level) and the
+buckets of the whole run at WIDTH columns, turned into the curves a chart draws (``gui.tiers.draw``);
+then the same pan and zoom moves as above, every metric each.  The Qt paint itself is not in these
+times (it is in the open time above).
+
     python benchmarks/bench_tiers.py [--sizes 10e6,30e6,100e6] [--metrics 10] [--today-max 10e6]
+    python benchmarks/bench_tiers.py --never-seen 100e6 [--metrics 10]
 """
 
 from __future__ import annotations
@@ -63,6 +72,109 @@ def fill_store(path: Path, points: int, metrics: int) -> float:
             store.write_page(URL, page, entry_id)
     store.close()
     return time.perf_counter() - started
+
+
+def fill_journal(path: Path, points: int, metrics: int) -> float:
+    """One finished run of ``metrics`` random walks with a spike each, packed, with its tiers, straight
+    into an agent's journal at ``path``; returns the seconds taken."""
+    from pilothouse.node import packed_chunks
+    from pilothouse.node.compactor import MAX_POINTS
+    from pilothouse.node.journal import Store
+
+    started = time.perf_counter()
+    store = Store(path)
+    store.begin()
+    store.upsert_run({"run": "big", "project": "bench", "name": "big", "host": "h", "pid": 1, "config": {}}, 0.0)
+    store.set_status("big", "finished", 0.0)
+    store.commit()
+    rng = np.random.default_rng(0)
+    per = MAX_POINTS // 8  # each packed entry joins 8 entries of 256 points
+    for m in range(metrics):
+        spike, level = int(rng.integers(0, points)), 0.0
+        for lo in range(0, points, PAGE):
+            steps = np.arange(lo, min(lo + PAGE, points), dtype=np.int64)
+            vals = level + np.cumsum(rng.standard_normal(len(steps)))
+            level = float(vals[-1])
+            if lo <= spike < lo + len(steps):
+                vals[spike - lo] = 1e6
+            times = (1.7e9 + steps.astype(np.float64)).view(np.int64)
+            rows = []
+            for at in range(0, len(steps), MAX_POINTS):
+                sl = slice(at, at + MAX_POINTS)
+                n = len(steps[sl])
+                counts = np.full(-(-n // per), per, np.uint32)
+                counts[-1] = n - per * (len(counts) - 1)
+                origins = np.arange(store.head + 1, store.head + 1 + len(counts), dtype=np.int64)
+                store.head += len(counts)
+                blob = packed_chunks.pack(origins, counts, packed_chunks.Points(
+                    steps[sl].tobytes(), vals[sl].tobytes(), times[sl].tobytes()))
+                rows.append((int(origins[-1]), "big", "m", f"metric/{m}", 0, n, blob, int(origins[0])))
+            store.begin()
+            store.db.conn.executemany("INSERT INTO journal (id, run, kind, metric, rank, n, steps, first_id) "
+                                      "VALUES (?,?,?,?,?,?,?,?)", rows)
+            store.tiers.table.fold(("big", f"metric/{m}"), steps, vals)
+            store.db.execute("INSERT OR REPLACE INTO last_values VALUES (?, ?, ?)",
+                             ["big", f"metric/{m}", vals[-1:].tobytes()])
+            store.commit()
+        store.db.execute("UPDATE runs SET last_step=?, points=? WHERE id='big'", [points - 1, points * (m + 1)])
+    store.db.close()
+    return time.perf_counter() - started
+
+
+def never_seen(points: int, metrics: int, trials: int) -> dict:
+    """Fill a journal, start a real agent on it, and time what an app that never saw the run asks."""
+    from _common import AgentProcess
+
+    from pilothouse.client import Client
+    from pilothouse.gui.tiers import draw
+    from pilothouse.tiers import LEVELS
+
+    agent = AgentProcess()
+    filled = fill_journal(agent.data / "journal.sqlite", points, metrics)
+    disk = sum(f.stat().st_size for f in agent.data.glob("journal.sqlite*")) / 2 ** 30
+    t = time.perf_counter()
+    agent.start()
+    started = time.perf_counter() - t
+    out: dict = {"points": points, "metrics": metrics, "fill_s": filled, "disk_gb": disk, "agent_start_s": started,
+                 "open_s": [], "moves_s": {}, "answer_bytes": 0}
+    try:
+        with Client(agent.url, timeout=60) as client:
+            for _ in range(trials):
+                t = time.perf_counter()
+                run = next(r for r in client.runs() if r["id"] == "big")
+                names = sorted(run["summary"])
+                drawn = {}
+                for name in names:
+                    top = client.tiers("big", name, -2.0 ** 63, 2.0 ** 63, level=LEVELS - 1)
+                    x0, x1 = float(top["xfirst"].min()), float(top["xlast"].max())
+                    rec = client.tiers("big", name, x0, x1, WIDTH)
+                    drawn[name] = draw(rec, _level(x0, x1), x0, x1, WIDTH)
+                    out["answer_bytes"] = max(out["answer_bytes"], rec.nbytes)
+                out["open_s"].append(time.perf_counter() - t)
+                assert len(drawn) == metrics and max(v.maxs.max() for v in drawn.values()) == 1e6  # every spike
+            span = x1 - x0
+            moves = {"zoom to the middle half": (x0 + span / 4, x1 - span / 4),
+                     "zoom to 1 %": (x0 + span * 0.50, x0 + span * 0.51),
+                     "pan by 0.5 %": (x0 + span * 0.505, x0 + span * 0.515),
+                     "zoom to 1,000 steps (level 0)": (x0 + span * 0.3, x0 + span * 0.3 + 1000),
+                     "zoom out to the whole run": (x0, x1)}
+            for move, (a, b) in moves.items():
+                times = []
+                for _ in range(trials):
+                    t = time.perf_counter()
+                    for name in names:
+                        draw(client.tiers("big", name, a, b, WIDTH), _level(a, b), a, b, WIDTH)
+                    times.append(time.perf_counter() - t)
+                out["moves_s"][move] = times
+    finally:
+        agent.stop()
+    return out
+
+
+def _level(x0: float, x1: float) -> int:
+    from pilothouse.tiers import level_for
+
+    return max(level_for(x0, x1, WIDTH), 0)
 
 
 def child(path: Path, mode: str) -> dict:
@@ -148,12 +260,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--today-max", type=float, default=10e6, help="largest size the app today is opened at")
     parser.add_argument("--tb-points", type=float, default=1e6, help="points TensorBoard is measured at, in all")
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--never-seen", type=float, help="points per metric of the never-seen case (run alone)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="tiers", choices=("tiers", "today"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.mode)))
         return {}
+    if args.never_seen:
+        return report_never_seen(never_seen(int(args.never_seen), args.metrics, args.trials))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     if not sizes or min(sizes) < 1 or args.metrics < 1:
         parser.error("--sizes and --metrics must be positive")
@@ -192,7 +307,22 @@ def main(argv: list[str] | None = None) -> dict:
     return data
 
 
+def report_never_seen(got: dict) -> dict:
+    worst = max(max(t) for t in got["moves_s"].values())
+    print(table(["run", "fill", "journal", "agent start", "first data for every chart (median)", "worst pan/zoom"],
+                [[f"{got['metrics']} x {got['points'] / 1e6:g} M", f"{got['fill_s']:.0f} s", f"{got['disk_gb']:.1f} GB",
+                  f"{got['agent_start_s']:.2f} s", f"{median(got['open_s']):.3f} s", f"{worst * 1000:.0f} ms"]]))
+    print(table(["move (every metric)", "median", "max"],
+                [[m, f"{median(t) * 1000:.0f} ms", f"{max(t) * 1000:.0f} ms"] for m, t in got["moves_s"].items()]))
+    print("targets: first paint <= 2 s from an app that never saw the run, pan/zoom <= 100 ms (Qt paint not included)")
+    print(f"results: {write_result('bench_tiers_never_seen', got)}")
+    return {"never_seen": got}
+
+
 def passed(data: dict) -> bool:
+    if "never_seen" in data:
+        got = data["never_seen"]
+        return median(got["open_s"]) <= 2.0 and max(max(t) for t in got["moves_s"].values()) <= 0.1
     return all(median([r["open_s"] for r in got["tiers"]]) <= 1.0
                and max(max(r["repaint_s"].values()) for r in got["tiers"]) <= 0.1
                and max(r["rss_mb"] for r in got["tiers"]) < 300 for got in data["sizes"].values())
