@@ -44,6 +44,7 @@ import platformdirs
 from pilothouse.db import open_db, transaction
 from pilothouse.gui.tiers import Tiers, TierView
 from pilothouse.rollout_search import Hit, RolloutSearch
+from pilothouse.tiers import LEVELS, RECORD
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks, unpack_blob
 from pilothouse.wire.messages import pack
@@ -322,6 +323,11 @@ class LocalStore:
         return [m for (m,) in self.db.execute(
             "SELECT DISTINCT metric FROM entries WHERE agent=? AND run=? AND kind=? ORDER BY metric",
             [agent, run, KIND_METRIC])]
+
+    def points(self, agent: str, run: str) -> int:
+        """How many of a run's metric points the store holds, from the top level of its tiers."""
+        return sum(int(np.frombuffer(r, RECORD)["count"].sum()) for (r,) in self.db.execute(
+            "SELECT records FROM tiers WHERE agent=? AND run=? AND level=?", [agent, run, LEVELS - 1]))
 
     def series(self, agent: str, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, values, wall_times) of one metric, every point, in arrival order."""

@@ -45,6 +45,7 @@ from ..local_store import LocalStore
 from ..models import RunKey, RunsModel, first_screen
 from ..network import Health, Links
 from ..palette import RunColors
+from ..remote_tiers import RemoteTiers
 from .alerts import AlertsPanel, Notifier
 from .calls import Calls
 from .charts import ChartsPanel
@@ -69,6 +70,7 @@ class Bridge(QObject):
 
     batch = Signal(str, object, object)  # agent url, entries, runs (or None)
     health = Signal(object)
+    tiers = Signal(str)  # agent url: it answered tiers of a run the store lacks
 
 
 class MainWindow(QMainWindow):
@@ -99,6 +101,9 @@ class MainWindow(QMainWindow):
         self._offered: set[str] = set()  # jobs offered this session (or decided before): never offered twice
         self._build()
         self.bridge.batch.connect(self._on_batch)
+        self.bridge.tiers.connect(self.charts.remote_answered)
+        self.remote = RemoteTiers(on_answer=self.bridge.tiers.emit)  # asked on its own threads, never this one
+        self.charts.remote = self.remote
         self.bridge.health.connect(self._on_health)
         self.calls = Calls(self)
         self.calls.answered.connect(self._on_answer)
@@ -224,8 +229,10 @@ class MainWindow(QMainWindow):
         settings.setValue("state", self.saveState())
         settings.setValue("dark", "true" if self.dark.isChecked() else "false")
         self.redraw.stop()
-        for signal in (self.bridge.batch, self.bridge.health, self.calls.answered, self.store_work.done):
+        for signal in (self.bridge.batch, self.bridge.health, self.bridge.tiers, self.calls.answered,
+                       self.store_work.done):
             signal.disconnect()  # queued signals from link threads must not reach a closed store
+        self.remote.close()
         self.links.close()
         super().closeEvent(event)
 
@@ -243,7 +250,9 @@ class MainWindow(QMainWindow):
             joined = {k: self.runs.row(k) for k in self.runs.selected()}
             self.runs.update_agent(url, runs)
             if any(row is not None and row.members != getattr(self.runs.row(k), "members", None)
-                   for k, row in joined.items()):  # a charted run resumed on another node: its curves join
+                   for k, row in joined.items()) or self.charts.remote_filled(self.store):
+                # a charted run resumed on another node (its curves join), or one drawn from its agent's
+                # tiers that is now in the store
                 self.charts.show_runs(self.runs.selected(), self.store)
                 self.charts.show_alerts({k: self._markers(k) for k in self.runs.selected()})
         self.charts.add_entries(url, entries)

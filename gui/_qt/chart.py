@@ -21,6 +21,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore
 
 from pilothouse.gui.lod import Ema, Series
+from pilothouse.gui.remote_tiers import RemoteSeries
 from pilothouse.gui.stored_series import StoredSeries
 
 from ..palette import PALETTE
@@ -48,7 +49,7 @@ class AlertMark:
 
 @dataclass
 class _Curve:
-    series: Series | StoredSeries
+    series: Series | StoredSeries | RemoteSeries
     color: str
     raw: pg.PlotDataItem
     smooth: pg.PlotDataItem
@@ -110,8 +111,9 @@ class ChartWidget(pg.PlotWidget):
 
     def add_curve(self, name: str, color: str | None = None, label: str | None = None,
                   dashed: bool = False, faint: bool = False,
-                  series: StoredSeries | None = None) -> Series | StoredSeries:
-        """A new curve, empty or drawn from ``series`` (a stored run read from the store's tiers),
+                  series: StoredSeries | RemoteSeries | None = None) -> Series | StoredSeries | RemoteSeries:
+        """A new curve, empty or drawn from ``series`` (a stored run read from the store's tiers, or
+        one the store lacks yet read from its agent's tiers),
         colored ``color`` (default: the next palette color), called ``label`` in the readout
         (default: its name); ``faint``: dotted and see-through."""
         if name in self.curves:

@@ -37,6 +37,7 @@ from ..local_store import LocalStore
 from ..lod import Series
 from ..models import RunKey, config_diff, run_labels
 from ..palette import RunColors, color, dashed
+from ..remote_tiers import RemoteSeries, RemoteTiers
 from ..stored_series import STORED_POINTS, StoredSeries
 from .chart import AlertMark, ChartWidget
 from .legend import RunLegend
@@ -48,6 +49,7 @@ BAND_MS = 1000  # a group's band is recomputed from its runs' points at most thi
 NAME_PATTERN = r"[-_]?seed\d+"  # the first guess of what tells a group's runs apart
 GROUP = "group:"  # a group's curve name: never a run id (ids have no colon)
 OLD = "~superseded"  # a run's points a later attempt logged again: a curve of their own, faint
+REMOTE_SHARE = 0.99  # a run the store holds less of than this share of its agent's points is drawn from the agent
 
 
 class ChartsPanel(QWidget):
@@ -98,6 +100,8 @@ class ChartsPanel(QWidget):
         self.x_axis.currentTextChanged.connect(self._reload)
         self._store: LocalStore | None = None
         self.stored_points = STORED_POINTS  # a longer stored metric is charted from the tiers
+        self.remote: RemoteTiers | None = None  # set by the app: a run the store lacks is drawn from its agent's tiers
+        self.remote_keys: set[RunKey] = set()  # the charted runs drawn so
         controls = QHBoxLayout()
         controls.addWidget(QLabel("smoothing"))
         controls.addWidget(self.smoothing)
@@ -143,6 +147,9 @@ class ChartsPanel(QWidget):
         self.hidden &= set(self.keys)
         self.seen = {}
         self._store = store
+        self.remote_keys = set()
+        if self.remote is not None:
+            self.remote.forget()
         if self.pinned is None:
             saved = store.setting(PINNED, [])
             self.pinned = [m for m in saved if isinstance(m, str)] if isinstance(saved, list) else []
@@ -167,6 +174,11 @@ class ChartsPanel(QWidget):
         one attempt draws its long metrics from the store's tiers instead."""
         timeline, points = read_run(store, keys, runs)
         self.timelines[key] = timeline
+        if keys == [key] and len(timeline.attempts) == 1 and self._lacks(store, key, runs.get(key, {})):
+            for metric in sorted(runs[key].get("summary") or {}):
+                self._append(key, metric, *_NO_POINTS, stored=RemoteSeries(self.remote, *key, metric))
+            self.remote_keys.add(key)
+            return
         if keys == [key] and len(timeline.attempts) == 1:
             for metric in store.metrics(*key):
                 stored = self._stored(store, key, metric)
@@ -186,6 +198,30 @@ class ChartsPanel(QWidget):
             made = self._append(key, metric, steps[old], vals[old], times[old], faint=True)
             steps, vals, times = steps[~old], vals[~old], times[~old]
         return (self._append(key, metric, steps, vals, times) if len(steps) else False) or made
+
+    def _lacks(self, store: LocalStore, key: RunKey, run: dict) -> bool:
+        """Whether the store holds less than the run's points on its agent (an app that never saw
+        it, still following the journal): its charts then draw the agent's tiers meanwhile."""
+        if self.remote is None or self.groups or self.x_axis.currentText() != "step":
+            return False
+        return store.points(*key) < REMOTE_SHARE * int(run.get("points") or 0)
+
+    def remote_answered(self, agent: str) -> None:
+        """An agent answered tiers: the charts drawing them redraw (and may turn out flat)."""
+        relayout = False
+        for metric, chart in self.charts.items():
+            if any(isinstance(c.series, RemoteSeries) and c.series.key[0] == agent for c in chart.curves.values()):
+                chart.schedule_redraw()
+                relayout |= self._check_constant(metric, chart)
+        if relayout:
+            self._layout()
+
+    def remote_filled(self, store: LocalStore) -> bool:
+        """Whether a run drawn from its agent's tiers is now in the store (charted from it on a reload)."""
+        if not self.remote_keys:
+            return False
+        runs = {(r["agent"], r["id"]): r for r in store.runs()}
+        return any(not self._lacks(store, key, runs.get(key, {})) for key in self.remote_keys)
 
     def _stored(self, store: LocalStore, key: RunKey, metric: str) -> StoredSeries | None:
         """A curve read from the tiers for a metric of more than ``stored_points`` points, on the
@@ -315,7 +351,7 @@ class ChartsPanel(QWidget):
             self.hint.setText("Select runs on the left to chart them; select several to compare.")
 
     def _append(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
-                faint: bool = False, stored: StoredSeries | None = None) -> bool:
+                faint: bool = False, stored: StoredSeries | RemoteSeries | None = None) -> bool:
         """Returns True when a new chart was made (the grid needs laying out again).  ``faint``: points
         a later attempt superseded (not in a group's band); ``stored`` makes the run's curve one read
         from the store's tiers."""

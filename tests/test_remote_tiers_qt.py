@@ -1,0 +1,97 @@
+"""A run the app's store lacks is charted from its agent's tiers (a real agent, a real trainer,
+offscreen Qt): drawn per pixel column with the spike where it is, asked on the fetch thread,
+and charted from the store once the store holds the run."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from conftest import AgentProcess, free_port, start_trainer, wait_until
+
+from pilothouse.gui._qt.charts import ChartsPanel
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.gui.remote_tiers import RemoteSeries, RemoteTiers
+from pilothouse.gui.tiers import draw
+from pilothouse.tiers import level_for, levels
+
+TRAINER = """
+run = ph.init(project="remote", name="never-seen", agent=URL)
+print(run.id, flush=True)
+for step in range(int(ARGS[0])):
+    run.log({"loss": math.sin(step / 3000.0) + (25.0 if step == 54_321 else 0.0), "lr": 0.1}, step=step)
+    if step % 5000 == 0:
+        time.sleep(0.01)
+run.finish()
+"""
+
+
+def test_a_run_the_store_lacks_is_drawn_from_the_agents_tiers_then_from_the_store(qtbot, tmp_path):
+    agent = AgentProcess(tmp_path / "agent", free_port()).start()
+    remote = RemoteTiers()
+    store = LocalStore(tmp_path / "app.sqlite")
+    try:
+        trainer = start_trainer(tmp_path, TRAINER, agent.url, "120000")
+        run = trainer.stdout.readline().strip()
+        assert trainer.wait(120) == 0, trainer.stderr.read()
+        with agent.client() as client:
+            wait_until(lambda: next(r for r in client.runs() if r["id"] == run)["points"] == 240_000,
+                       what="every point stored")
+            store.put_runs(agent.url, client.runs())  # the run list, as a link's first refresh: no points yet
+            steps, vals, _ = client.series(run, "loss")
+        answered: list[str] = []
+        remote.on_answer = answered.append  # on the fetch thread: the app turns it into a signal
+        panel = ChartsPanel()
+        qtbot.addWidget(panel)
+        panel.resize(1200, 800)
+        panel.show()
+        panel.remote = remote
+        panel.show_runs([(agent.url, run)], store)
+        assert panel.remote_keys == {(agent.url, run)} and set(panel.charts) == {"loss", "lr"}
+        chart = panel.charts["loss"]
+        curve = chart.curves[run]
+        assert isinstance(curve.series, RemoteSeries)
+        qtbot.waitUntil(lambda: curve.series.x_range() == (0.0, 119_999.0), timeout=10_000)  # the extent came
+        chart.set_follow(True)
+
+        def drawn() -> bool:
+            panel.remote_answered(agent.url)
+            chart.flush()
+            xs = curve.raw.getData()[0]
+            return xs is not None and len(xs) > 0
+        qtbot.waitUntil(drawn, timeout=10_000)
+        xs, ys = curve.raw.getData()
+        (x0, x1), _ = chart.getViewBox().viewRange()
+        pixels = max(int(chart.getViewBox().width() * chart.devicePixelRatioF()), 1)
+        level = max(level_for(x0, x1, pixels), 0)
+        want = draw(dict(levels(steps, vals))[level], level, x0, x1, pixels)  # the fold of the raw points
+        got = remote.answer((agent.url, run, "loss"))
+        assert (got.x0, got.x1, got.level) == (x0, x1, level)
+        assert np.array_equal(xs, want.xs) and np.array_equal(ys, want.ys)
+        assert len(xs) <= 5 * pixels  # per pixel column, not per point
+        assert xs[ys == ys.max()].tolist() == [54_321.0] and ys.max() == pytest.approx(25.0, abs=1.0)  # the spike
+        assert answered and set(answered) == {agent.url}
+
+        chart.setXRange(54_000, 55_000, padding=0)  # zoomed: a new answer, asked while the old one is drawn
+        qtbot.waitUntil(lambda: remote.answer((agent.url, run, "loss")).x1 == 55_000.0, timeout=10_000)
+        chart.flush()
+        xs, ys = curve.raw.getData()
+        assert 54_321.0 in xs.tolist() and len(xs) < 1000
+
+        with agent.client() as client:  # the link's feed catches up: the store now holds the run
+            for page in client.history(run):
+                store.write_page(agent.url, page.entries, page.cursor)
+        assert panel.remote_filled(store)
+        panel.show_runs([(agent.url, run)], store)
+        assert not panel.remote_keys and not isinstance(panel.charts["loss"].curves[run].series, RemoteSeries)
+    finally:
+        remote.close()
+        store.close()
+        agent.stop()
