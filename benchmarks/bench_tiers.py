@@ -20,6 +20,12 @@ times (it is in the open time above).
 
     python benchmarks/bench_tiers.py [--sizes 10e6,30e6,100e6] [--metrics 10] [--today-max 10e6]
     python benchmarks/bench_tiers.py --never-seen 100e6 [--metrics 10]
+
+``--old-journal N``: a journal from before the tiers (the same run, its tiers dropped).  The agent
+must start at once and stay responsive while it builds them a bounded step at a time: the time to
+answer, the ping round trips while building (median and worst), and how long the build took.
+
+    python benchmarks/bench_tiers.py --old-journal 10e6 [--metrics 10]
 """
 
 from __future__ import annotations
@@ -171,6 +177,53 @@ def never_seen(points: int, metrics: int, trials: int) -> dict:
     return out
 
 
+def old_journal(points: int, metrics: int) -> dict:
+    """Fill a journal, drop its tiers, start a real agent on it and ping it until the tiers are built."""
+    import sqlite3
+
+    from _common import AgentProcess
+
+    from pilothouse.client import Client
+
+    agent = AgentProcess()
+    path = agent.data / "journal.sqlite"
+    fill_journal(path, points, metrics)
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE tiers")
+    con.execute("DROP TABLE tier_marks")
+    con.commit()
+    con.execute("VACUUM")
+    con.close()
+    t = time.perf_counter()
+    agent.start()
+    out: dict = {"points": points, "metrics": metrics, "agent_start_s": time.perf_counter() - t, "pings_s": []}
+    try:
+        with Client(agent.url, timeout=60) as client:
+            started = time.perf_counter()
+            out["not_ready_answer"] = client.tiers("big", "metric/0", 0, points, level=0) is None
+            while client.tiers("big", "metric/0", 0, points, 1000) is None:
+                p = time.perf_counter()
+                client.ping()
+                out["pings_s"].append(time.perf_counter() - p)
+                time.sleep(0.05)
+            out["build_s"] = time.perf_counter() - started
+    finally:
+        agent.stop()
+    return out
+
+
+def report_old_journal(got: dict) -> dict:
+    pings = got["pings_s"] or [0.0]
+    print(table(["journal from before the tiers", "agent answers after", "first tiers query", "built in",
+                 "build rate", "ping while building (median / worst)"],
+                [[f"{got['metrics']} x {got['points'] / 1e6:g} M", f"{got['agent_start_s']:.2f} s",
+                  "not ready" if got["not_ready_answer"] else "READY (wrong)", f"{got['build_s']:.0f} s",
+                  f"{got['points'] * got['metrics'] / got['build_s'] / 1e6:.1f} M points/s",
+                  f"{median(pings) * 1000:.1f} / {max(pings) * 1000:.1f} ms"]]))
+    print(f"results: {write_result('bench_tiers_old_journal', got)}")
+    return {"old_journal": got}
+
+
 def _level(x0: float, x1: float) -> int:
     from pilothouse.tiers import level_for
 
@@ -261,12 +314,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tb-points", type=float, default=1e6, help="points TensorBoard is measured at, in all")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--never-seen", type=float, help="points per metric of the never-seen case (run alone)")
+    parser.add_argument("--old-journal", type=float, help="points per metric of the old-journal case (run alone)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="tiers", choices=("tiers", "today"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.mode)))
         return {}
+    if args.old_journal:
+        return report_old_journal(old_journal(int(args.old_journal), args.metrics))
     if args.never_seen:
         return report_never_seen(never_seen(int(args.never_seen), args.metrics, args.trials))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
@@ -320,6 +376,8 @@ def report_never_seen(got: dict) -> dict:
 
 
 def passed(data: dict) -> bool:
+    if "old_journal" in data:
+        return data["old_journal"]["not_ready_answer"] and data["old_journal"]["agent_start_s"] < 5
     if "never_seen" in data:
         got = data["never_seen"]
         return median(got["open_s"]) <= 2.0 and max(max(t) for t in got["moves_s"].values()) <= 0.1

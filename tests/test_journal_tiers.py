@@ -72,6 +72,16 @@ def assert_exact(store: Store, run: str, metric: str, steps: np.ndarray, vals: n
             assert store.tier_buckets(run, metric, level, lo, hi).tobytes() == part.tobytes(), f"slice {level}"
 
 
+def pack(store: Store) -> int:
+    """Pack every stream as the agent does between turns; returns the packed rows there are then."""
+    compactor = Compactor(store)
+    while compactor.pending():
+        store.begin()
+        compactor.step()
+        store.commit()
+    return store.db.execute("SELECT COUNT(*) FROM journal WHERE first_id IS NOT NULL").fetchone()[0]
+
+
 def build(store: Store) -> None:
     while store.tiers.building:
         store.begin()
@@ -91,12 +101,7 @@ def test_live_turns_waiting_points_and_packing_give_the_fold_of_the_raw_points(t
     store.tiers.flush_all()
     store.commit()
     assert not store.tiers.waiting and not store.db.execute("SELECT * FROM tier_marks").fetchall()
-    compactor = Compactor(store)
-    while compactor.pending():
-        store.begin()
-        compactor.step()
-        store.commit()
-    assert store.db.execute("SELECT COUNT(*) FROM journal WHERE first_id IS NOT NULL").fetchone()[0] > 0
+    assert pack(store) > 0
     assert_exact(store, "r1", "loss", *loss)  # packing leaves the tiers as they are
     top = store.tier_buckets("r1", "loss", LEVELS - 1, *ALL)
     assert top["max"].max() == 1e9 and top["min"].min() == -1e9 and top["bad"].sum() == 14  # spikes kept
@@ -113,21 +118,29 @@ def test_a_crash_with_points_waiting_is_rebuilt_from_the_journal_between_turns(t
     store.tiers.flush_all()  # folded up to here
     store.commit()
     ingest(store, "r1", {"loss": second}, per_turn=9, seq=seq)
+    assert pack(store) > 0  # packed entries that join folded entries and waiting ones
     store.db.close()  # killed: what waited in memory is gone, its mark is on disk
     store = Store(path)
     assert set(store.tiers.building) == {"r1"}
     with pytest.raises(NotReady, match="being built"):
         store.tier_buckets("r1", "loss", 0, *ALL)
-    compactor = Compactor(store)  # packing between build steps: the builder reads packed entries exactly once
+    ingest(store, "r1", {"loss": (second[0][:400] + 10_000_000, second[1][:400])}, per_turn=1, seq=10_000)
+    compactor = Compactor(store)  # 400 new plain entries: ready to pack, but not while the tiers are built
+    packed = store.db.execute("SELECT COUNT(*) FROM journal WHERE first_id IS NOT NULL").fetchone()[0]
     steps_done = 0
     while store.tiers.building:
         store.begin()
         store.build_tiers_some()
-        compactor.step() if compactor.pending() else None
+        if compactor.pending():
+            compactor.step()
         store.commit()
         steps_done += 1
+        if store.tiers.building:
+            assert store.db.execute("SELECT COUNT(*) FROM journal WHERE first_id IS NOT NULL").fetchone()[0] == packed
     assert steps_done > 3  # bounded steps, not one
-    assert_exact(store, "r1", "loss", np.concatenate([first[0], second[0]]), np.concatenate([first[1], second[1]]))
+    assert pack(store) > 0  # then packed again: the tiers stay as they are
+    assert_exact(store, "r1", "loss", np.concatenate([first[0], second[0], second[0][:400] + 10_000_000]),
+                 np.concatenate([first[1], second[1], second[1][:400]]))
 
 
 def test_a_journal_from_before_the_tiers_builds_them_and_a_removal_deletes_them(tmp_path):
@@ -136,7 +149,8 @@ def test_a_journal_from_before_the_tiers_builds_them_and_a_removal_deletes_them(
     runs = {run: spiky(seed, 2500) for seed, run in enumerate(("r1", "r2"))}
     for run, points in runs.items():
         new_run(store, run)
-        ingest(store, run, {"loss": points}, per_turn=100)
+        ingest(store, run, {"loss": points}, per_turn=7)
+    assert pack(store) > 0
     store.db.execute("DROP TABLE tiers")
     store.db.execute("DROP TABLE tier_marks")
     store.db.close()

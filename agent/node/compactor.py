@@ -5,7 +5,8 @@ plain entries, ``step`` joins its oldest plain ones (up to MAX_ROWS entries or M
 into one packed entry (``packed_chunks``) that takes the id of the last entry it joined, and
 deletes the others: one bounded transaction between the turns that take trainers' data, as
 retention does, so ingest never waits for long and a week of 1 Hz readings costs single bytes
-per point on disk.  The newest entries of a stream stay plain until enough follow them.
+per point on disk.  The newest entries of a stream stay plain until enough follow them.  A run
+whose tiers are being built is left alone until they are (the builder reads each row once).
 
 What it knows of each stream lives in memory: at start it looks at every stream once, a few at
 a time (``_survey``); then the journal's commits tell it what was added.
@@ -42,7 +43,12 @@ class Compactor:
         self._unseen: deque[tuple[str, str]] = deque(store.db.execute("SELECT run, metric FROM last_values"))
 
     def pending(self) -> bool:
-        return bool(self._unseen or self.ready) and time.monotonic() >= self._held_until
+        return bool(self._unseen or self._packable()) and time.monotonic() >= self._held_until
+
+    def _packable(self) -> Stream | None:
+        """A stream ready to pack, of a run whose tiers are not being built (see ``journal_tiers``)."""
+        building = self.store.tiers.building
+        return next((key for key in self.ready if key[0] not in building), None)
 
     def failed(self) -> None:
         """The step's transaction was undone (a full disk): count again, and wait a second first."""
@@ -77,7 +83,9 @@ class Compactor:
         if self._unseen:
             self._survey()
             return 0
-        key = next(iter(self.ready))
+        key = self._packable()
+        if key is None:
+            return 0
         if key[0] in self.store.removing:
             self.forget(key[0])
             return 0

@@ -636,7 +636,7 @@ class Store:
 
     def build_tiers_some(self) -> str | None:
         """One bounded step of building the tiers of a run that lacks some; the run, once whole."""
-        return self.tiers.build_some(self.read, self.head)
+        return self.tiers.build_some()
 
     def series(self, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, values, wall_times) of one metric, every point, in arrival order."""

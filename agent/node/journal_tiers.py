@@ -12,30 +12,45 @@ entries, with ``folded_to``: every entry of the run up to that id is folded, non
 gets the row when its points begin to wait (once, not per turn) and loses it when they are
 folded, in the same transactions.  At start, runs with a row (a crash, an import, a salvaged
 journal, a journal from before the tiers) are brought up to date by ``build_some``, a bounded
-step at a time between turns, reading their entries through the journal's own cursor read (which
-gives the points of packed entries exactly once); meanwhile a query about such a run is told the
-tiers are not ready, and its new entries are left to the builder.
+step at a time between turns; meanwhile a query about such a run is told the tiers are not
+ready, its new entries are left to the builder, and the compactor leaves the run alone.
+
+How the builder reads: each metric on its own, in id order on the journal's (run, kind, metric,
+id) index (a read of the whole run by id would sort all of its rows), from a cursor per metric
+kept in the mark.  An entry packed before the build holds the ids of the entries it joined; its
+points above ``folded_to`` are folded when the builder reaches it.  Since nothing of the run is
+packed while it is built, every point is in exactly one row the builder reads once.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from pilothouse.node import packed_chunks
 from pilothouse.tier_table import TierTable
 from pilothouse.tiers import LEVELS, WIDTHS, levels, reduce
-from pilothouse.wire.entries import KIND_METRIC, Entry
+from pilothouse.wire.entries import KIND_METRIC, Entry, unpack_blob
+from pilothouse.wire.messages import pack
 
 FLUSH_POINTS = 65_536  # a run's waiting points folded at once: about 1 MB of memory per run
 FLUSH_SECONDS = 60.0  # or once its oldest waiting point is this old
-BUILD_POINTS = 65_536  # points one build step reads and folds (about 15 ms)
+BUILD_POINTS = 32_768  # points one build step reads and folds, about: a few ms of fold
+BUILD_ROWS = 16  # rows of one metric a build step reads at a time
 REMOVE_ROWS = 24  # tier rows a removal step deletes: up to 12 KB each, about a retention batch
 MAX_QUERY_BLOCKS = 256  # block rows one tiers query reads, at most (up to 32 K buckets, 3 MB)
 
-Reader = Callable[..., tuple[list[Entry], int]]  # Store.read
+
+
+@dataclass
+class Build:
+    """A run being built: every entry up to ``base`` is folded; ``cursors``: each metric's last row read."""
+
+    base: int
+    cursors: dict[str, int]
 
 
 class JournalTiers:
@@ -46,10 +61,11 @@ class JournalTiers:
         self.table = TierTable(conn, ("run", "metric"), ids=False)
         fresh = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tiers'").fetchone() is None
         self.table.create()
-        conn.execute("CREATE TABLE IF NOT EXISTS tier_marks (run TEXT PRIMARY KEY, folded_to INTEGER NOT NULL)")
+        conn.execute("CREATE TABLE IF NOT EXISTS tier_marks (run TEXT PRIMARY KEY, folded_to INTEGER NOT NULL, "
+                     "cursors BLOB)")
         if fresh:  # a journal from before the tiers: each run is built from its first entry
-            conn.execute("INSERT OR IGNORE INTO tier_marks SELECT id, 0 FROM runs")
-        self.building: dict[str, int] = {}
+            conn.execute("INSERT OR IGNORE INTO tier_marks SELECT id, 0, NULL FROM runs")
+        self.building: dict[str, Build] = {}
         self.waiting: dict[str, dict[str, list[tuple[bytes, bytes]]]] = {}  # run -> metric -> chunks
         self._since: dict[str, tuple[float, int]] = {}  # run -> (when its first point began waiting, points)
         self.written = 0  # bytes of tier rows written since start (what bench_throughput reports)
@@ -59,14 +75,15 @@ class JournalTiers:
         """Back to what is committed (after a rollback): what waited in memory is folded by the builder."""
         self.waiting.clear()
         self._since.clear()
-        self.building = dict(self.conn.execute("SELECT run, folded_to FROM tier_marks"))
+        self.building = {run: Build(base, unpack_blob(cursors) or {})
+                         for run, base, cursors in self.conn.execute("SELECT run, folded_to, cursors FROM tier_marks")}
 
     def rebuild(self, run: str) -> None:
         """Fold ``run`` again from its first entry (an imported run, whose entries came in around commits)."""
         self.forget(run)
         self.conn.execute("DELETE FROM tiers WHERE run=?", [run])
-        self.conn.execute("INSERT OR REPLACE INTO tier_marks VALUES (?, 0)", [run])
-        self.building[run] = 0
+        self.conn.execute("INSERT OR REPLACE INTO tier_marks VALUES (?, 0, NULL)", [run])
+        self.building[run] = Build(0, {})
 
     def committed(self, entries: list[Entry], hidden: dict[str, float]) -> None:
         """The turn's new entries, before its COMMIT: their points wait; runs due are folded."""
@@ -75,7 +92,7 @@ class JournalTiers:
             if e.kind != KIND_METRIC or not e.n or e.run in self.building or e.run in hidden:
                 continue
             if e.run not in self.waiting:
-                self.conn.execute("INSERT OR REPLACE INTO tier_marks VALUES (?, ?)", [e.run, e.id - 1])
+                self.conn.execute("INSERT OR REPLACE INTO tier_marks VALUES (?, ?, NULL)", [e.run, e.id - 1])
                 self.waiting[e.run] = {}
                 self._since[e.run] = (now, 0)
             self.waiting[e.run].setdefault(e.metric, []).append((e.steps, e.vals))
@@ -102,23 +119,36 @@ class JournalTiers:
         self._since.pop(run, None)
         self.building.pop(run, None)
 
-    def build_some(self, read: Reader, head: int) -> str | None:
+    def build_some(self) -> str | None:
         """One bounded step of building the oldest run that needs it; returns it if now whole."""
-        run, folded_to = next(iter(self.building.items()))
-        entries, cursor = read(folded_to, run=run, kinds=(KIND_METRIC,), limit_points=BUILD_POINTS)
-        groups: dict[str, list[Entry]] = {}
-        for e in entries:
-            if e.n:
-                groups.setdefault(e.metric, []).append(e)
-        for metric, chunk in groups.items():
-            steps, vals = _joined([(e.steps, e.vals) for e in chunk])
-            self.written += self.table.fold((run, metric), steps, vals)
-        if cursor >= head:
+        run, build = next(iter(self.building.items()))
+        metrics = [m for (m,) in self.conn.execute("SELECT metric FROM last_values WHERE run=? ORDER BY metric",
+                                                   [run])]
+        points, whole = 0, True
+        for metric in metrics:
+            cursor = build.cursors.get(metric, build.base)
+            while points < BUILD_POINTS:
+                rows = self.conn.execute(
+                    "SELECT id, steps, vals FROM journal WHERE run=? AND kind=? AND metric=? AND id>? ORDER BY id "
+                    "LIMIT ?", [run, KIND_METRIC, metric, cursor, BUILD_ROWS]).fetchall()
+                chunks = [_points(steps, vals, build.base) for _, steps, vals in rows]
+                if chunks:
+                    steps, vals = _joined(chunks)
+                    if len(steps):
+                        self.written += self.table.fold((run, metric), steps, vals)
+                    points += len(steps) + len(rows)
+                    cursor = build.cursors[metric] = rows[-1][0]
+                if len(rows) < BUILD_ROWS:
+                    break
+            else:
+                whole = False  # the step's budget ran out in this metric
+            if not whole:
+                break
+        if whole:  # every metric read to its end in this step: no entry of the run is left unfolded
             del self.building[run]
             self.conn.execute("DELETE FROM tier_marks WHERE run=?", [run])
             return run
-        self.building[run] = cursor
-        self.conn.execute("UPDATE tier_marks SET folded_to=? WHERE run=?", [cursor, run])
+        self.conn.execute("UPDATE tier_marks SET cursors=? WHERE run=?", [pack(build.cursors), run])
         return None
 
     def remove_some(self, run: str) -> bool:
@@ -157,6 +187,14 @@ class NotReady(Exception):
     def __init__(self, run: str) -> None:
         super().__init__(f"the tiers of run {run} are being built; read its points meanwhile")
         self.run = run
+
+
+def _points(steps: bytes, vals: bytes | None, base: int) -> tuple[bytes, bytes]:
+    """A row's (steps, vals) blobs; a packed row's points of the entries it joined above id ``base``."""
+    if vals is not None:
+        return steps, vals
+    _, got = packed_chunks.unpack(steps, base)
+    return got.steps, got.vals
 
 
 def _joined(chunks: list[tuple[bytes, bytes]]) -> tuple[np.ndarray, np.ndarray]:

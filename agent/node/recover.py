@@ -52,7 +52,7 @@ def recover(path: Path) -> Salvage:
         for table in TABLES:
             kept, lost = _copy(src, dst.conn, table)
             salvage.kept[table], salvage.lost[table] = kept, lost
-        dst.execute("INSERT OR IGNORE INTO tier_marks SELECT id, 0 FROM runs")  # tiers built again, between turns
+        dst.execute("INSERT OR IGNORE INTO tier_marks SELECT id, 0, NULL FROM runs")  # tiers built again, between turns
     finally:
         src.close()
         dst.close()
