@@ -49,7 +49,7 @@ def write_runs(path: Path, runs: dict[str, dict]) -> None:
             at = now - spec["ended"]
             store.db.execute("UPDATE runs SET ended=IIF(ended IS NULL, NULL, ?), last_seen=?, created=? WHERE id=?",
                              [at, at, at - 1, run])
-    store.db.close()
+    store.close()
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

@@ -233,6 +233,13 @@ class Store:
         self.db.conn.executemany(f"{_COUNT_RUNS} AND id=?", [(run,) for run in written])
         self._dirty_runs.clear()
 
+    def close(self) -> None:
+        """Fold what of the tiers waits in memory (a run's next start need not rebuild them), then close."""
+        self.begin()
+        self.tiers.flush_all()
+        self.commit()
+        self.db.close()
+
     def rollback(self) -> None:
         """Forget this turn's writes (memory too), e.g. after an unexpected error."""
         if self.db.conn.in_transaction:

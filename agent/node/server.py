@@ -194,9 +194,8 @@ class Agent:
             self._close_sockets()
             self.store.begin()
             self.store.set_status(self._system_run, "finished", time.time(), reason="agent stopped")
-            self.store.tiers.flush_all()
             self.store.commit()
-            self.store.db.close()
+            self.store.close()
             log.info("pilothouse agent stopped")
 
     def _sockets(self) -> list[zmq.Socket]:
