@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,20 @@ URL = "tcp://127.0.0.1:1"
 WIDTH, HEIGHT = 1400, 900
 
 
+def walks(points: int, metrics: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(metric index, steps, values) pages of PAGE points: ``metrics`` random walks with a spike each."""
+    rng = np.random.default_rng(0)
+    for m in range(metrics):
+        spike, level = int(rng.integers(0, points)), 0.0
+        for lo in range(0, points, PAGE):
+            steps = np.arange(lo, min(lo + PAGE, points), dtype=np.int64)
+            vals = level + np.cumsum(rng.standard_normal(len(steps)))
+            level = float(vals[-1])
+            if lo <= spike < lo + len(steps):
+                vals[spike - lo] = 1e6
+            yield m, steps, vals
+
+
 def fill_store(path: Path, points: int, metrics: int) -> float:
     """One finished run of ``metrics`` random walks with a spike each; returns the seconds taken."""
     from pilothouse.gui.local_store import LocalStore
@@ -57,25 +72,16 @@ def fill_store(path: Path, points: int, metrics: int) -> float:
     started = time.perf_counter()
     store = LocalStore(path)
     store.put_runs(URL, [{"id": "big", "project": "bench", "name": "big", "kind": "train", "status": "finished"}])
-    rng = np.random.default_rng(0)
     entry_id = 0
-    for m in range(metrics):
-        spike = int(rng.integers(0, points))
-        level = 0.0
-        for lo in range(0, points, PAGE):
-            steps = np.arange(lo, min(lo + PAGE, points), dtype=np.int64)
-            vals = level + np.cumsum(rng.standard_normal(len(steps)))
-            level = float(vals[-1])
-            if lo <= spike < lo + len(steps):
-                vals[spike - lo] = 1e6
-            times = 1.7e9 + steps.astype(np.float64)
-            page = []
-            for at in range(0, len(steps), CHUNK):
-                entry_id += 1
-                sl = slice(at, at + CHUNK)
-                page.append((entry_id, "big", "m", f"metric/{m}", 0, len(steps[sl]), steps[sl].tobytes(),
-                             vals[sl].tobytes(), times[sl].tobytes(), None))
-            store.write_page(URL, page, entry_id)
+    for m, steps, vals in walks(points, metrics):
+        times = 1.7e9 + steps.astype(np.float64)
+        page = []
+        for at in range(0, len(steps), CHUNK):
+            entry_id += 1
+            sl = slice(at, at + CHUNK)
+            page.append((entry_id, "big", "m", f"metric/{m}", 0, len(steps[sl]), steps[sl].tobytes(),
+                         vals[sl].tobytes(), times[sl].tobytes(), None))
+        store.write_page(URL, page, entry_id)
     store.close()
     return time.perf_counter() - started
 
@@ -93,36 +99,28 @@ def fill_journal(path: Path, points: int, metrics: int) -> float:
     store.upsert_run({"run": "big", "project": "bench", "name": "big", "host": "h", "pid": 1, "config": {}}, 0.0)
     store.set_status("big", "finished", 0.0)
     store.commit()
-    rng = np.random.default_rng(0)
     per = MAX_POINTS // 8  # each packed entry joins 8 entries of 256 points
-    for m in range(metrics):
-        spike, level = int(rng.integers(0, points)), 0.0
-        for lo in range(0, points, PAGE):
-            steps = np.arange(lo, min(lo + PAGE, points), dtype=np.int64)
-            vals = level + np.cumsum(rng.standard_normal(len(steps)))
-            level = float(vals[-1])
-            if lo <= spike < lo + len(steps):
-                vals[spike - lo] = 1e6
-            times = (1.7e9 + steps.astype(np.float64)).view(np.int64)
-            rows = []
-            for at in range(0, len(steps), MAX_POINTS):
-                sl = slice(at, at + MAX_POINTS)
-                n = len(steps[sl])
-                counts = np.full(-(-n // per), per, np.uint32)
-                counts[-1] = n - per * (len(counts) - 1)
-                origins = np.arange(store.head + 1, store.head + 1 + len(counts), dtype=np.int64)
-                store.head += len(counts)
-                blob = packed_chunks.pack(origins, counts, packed_chunks.Points(
-                    steps[sl].tobytes(), vals[sl].tobytes(), times[sl].tobytes()))
-                rows.append((int(origins[-1]), "big", "m", f"metric/{m}", 0, n, blob, int(origins[0])))
-            store.begin()
-            store.db.conn.executemany("INSERT INTO journal (id, run, kind, metric, rank, n, steps, first_id) "
-                                      "VALUES (?,?,?,?,?,?,?,?)", rows)
-            store.tiers.table.fold(("big", f"metric/{m}"), steps, vals)
-            store.db.execute("INSERT OR REPLACE INTO last_values VALUES (?, ?, ?)",
-                             ["big", f"metric/{m}", vals[-1:].tobytes()])
-            store.commit()
-        store.db.execute("UPDATE runs SET last_step=?, points=? WHERE id='big'", [points - 1, points * (m + 1)])
+    for m, steps, vals in walks(points, metrics):
+        times = (1.7e9 + steps.astype(np.float64)).view(np.int64)
+        rows = []
+        for at in range(0, len(steps), MAX_POINTS):
+            sl = slice(at, at + MAX_POINTS)
+            n = len(steps[sl])
+            counts = np.full(-(-n // per), per, np.uint32)
+            counts[-1] = n - per * (len(counts) - 1)
+            origins = np.arange(store.head + 1, store.head + 1 + len(counts), dtype=np.int64)
+            store.head += len(counts)
+            blob = packed_chunks.pack(origins, counts, packed_chunks.Points(
+                steps[sl].tobytes(), vals[sl].tobytes(), times[sl].tobytes()))
+            rows.append((int(origins[-1]), "big", "m", f"metric/{m}", 0, n, blob, int(origins[0])))
+        store.begin()
+        store.db.conn.executemany("INSERT INTO journal (id, run, kind, metric, rank, n, steps, first_id) "
+                                  "VALUES (?,?,?,?,?,?,?,?)", rows)
+        store.tiers.table.fold(("big", f"metric/{m}"), steps, vals)
+        store.db.execute("INSERT OR REPLACE INTO last_values VALUES (?, ?, ?)",
+                         ["big", f"metric/{m}", vals[-1:].tobytes()])
+        store.db.execute("UPDATE runs SET last_step=?, points=points+? WHERE id='big'", [points - 1, len(steps)])
+        store.commit()
     store.db.close()
     return time.perf_counter() - started
 

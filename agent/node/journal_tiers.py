@@ -58,7 +58,7 @@ class JournalTiers:
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
-        self.table = TierTable(conn, ("run", "metric"), ids=False)
+        self.table = TierTable(conn, ("run", "metric"), ids=False, compress=True)
         fresh = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tiers'").fetchone() is None
         self.table.create()
         conn.execute("CREATE TABLE IF NOT EXISTS tier_marks (run TEXT PRIMARY KEY, folded_to INTEGER NOT NULL, "
