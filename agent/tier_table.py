@@ -101,27 +101,22 @@ class TierTable:
         return whole(self.buckets(key, LEVELS - 1, -2.0 ** 63, 2.0 ** 63))
 
 
+_INTS = [i for i, name in enumerate(RECORD.names) if RECORD[name].kind == "i"]  # delta-coded columns
+
+
 def encode(rec: np.ndarray) -> bytes:
     """A block's records as one zstd frame of byte planes, field by field (integers as deltas)."""
-    planes = []
-    for name in RECORD.names:
-        column = np.ascontiguousarray(rec[name])
-        if column.dtype.kind == "i":
-            column = column.copy()
-            column[1:] -= rec[name][:-1]  # int64: wraps, so any value survives
-        planes.append(column.view(np.uint8).reshape(len(rec), 8).T)
-    return _compress(np.concatenate(planes).tobytes())
+    words = np.ascontiguousarray(rec).view(np.int64).reshape(len(rec), len(RECORD.names)).copy()
+    words[1:, _INTS] -= words[:-1, _INTS].copy()  # int64: wraps, so any value survives
+    return _compress(words.view(np.uint8).reshape(len(rec), len(RECORD.names), 8).transpose(1, 2, 0).tobytes())
 
 
 def decode(blob: bytes) -> np.ndarray:
     raw = np.frombuffer(_decompress(blob), np.uint8)
     n = len(raw) // RECORD.itemsize
-    rec = np.empty(n, RECORD)
-    for i, name in enumerate(RECORD.names):
-        column = raw[i * 8 * n: (i + 1) * 8 * n].reshape(8, n).T.copy().view("<i8" if RECORD[name].kind == "i" else
-                                                                             "<f8")[:, 0]
-        rec[name] = np.cumsum(column) if RECORD[name].kind == "i" else column
-    return rec
+    words = raw.reshape(len(RECORD.names), 8, n).transpose(2, 0, 1).copy().view(np.int64)[:, :, 0]
+    words[:, _INTS] = np.cumsum(words[:, _INTS], axis=0)
+    return words.reshape(-1).view(RECORD)
 
 
 def _raw(blob: bytes) -> np.ndarray:
