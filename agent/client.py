@@ -164,13 +164,15 @@ class Client:
         return check_page(data.get("entries"), data.get("cursor"))
 
     def tiers(self, run: str, metric: str, x0: float, x1: float, pixels: int = 1000,
-              level: int | None = None) -> np.ndarray | None:
+              level: int | None = None, by_column: bool = False) -> np.ndarray | None:
         """The buckets of ``metric``'s tiers over steps x0..x1 (``pilothouse.tiers.RECORD``), at
-        ``level`` or at the one that gives ``pixels`` columns at least two buckets each; None while
-        the agent is still building the run's tiers (read its points instead)."""
+        ``level`` or at the one that gives ``pixels`` columns at least two buckets each; with
+        ``by_column``, folded per pixel column by the agent (``pilothouse.tiers.columns``: bucket is
+        the column).  None while the agent is still building the run's tiers (read its points instead)."""
         if level is None:
             level = max(level_for(x0, x1, pixels), 0)
-        data = self.request("tiers", run=run, metric=metric, level=level, x0=x0, x1=x1)
+        args = {"run": run, "metric": metric, "level": level, "x0": x0, "x1": x1}
+        data = self.request("tiers", **args, **({"pixels": pixels} if by_column else {}))
         if not isinstance(data, dict) or not isinstance(data.get("ready"), bool):
             raise ProtocolError("the agent's tiers answer is malformed")
         if not data["ready"]:

@@ -127,6 +127,18 @@ def level_for(x0: float, x1: float, pixels: int) -> int:
     return fits[-1] if fits else -1
 
 
+def columns(rec: np.ndarray, level: int, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
+    """The buckets ``rec`` of ``level`` (those overlapping steps x0..x1) folded per pixel column:
+    one record per column that holds any (``bucket``: the column), and the columns' step bounds
+    (``pixels`` + 1 of them).  Column edges fall on the bucket grid, so a bucket is in one column."""
+    rec = rec.copy()
+    width = WIDTHS[level]
+    edges = np.rint(np.linspace(x0, x1, pixels + 1)[1:-1] / width)
+    rec["bucket"] = np.searchsorted(edges, rec["bucket"], "right")
+    bounds = np.concatenate([[np.floor(x0 / width)], edges, [np.floor(x1 / width) + 1]]) * width
+    return reduce(rec), bounds
+
+
 def whole(rec: np.ndarray) -> np.ndarray:
     """One record of all these buckets (count, x and y extent, non-finite count); empty if none."""
     if not len(rec):

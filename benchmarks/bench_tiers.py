@@ -14,7 +14,8 @@ wrote, measured at ``--tb-points`` in all and scaled linearly to each size (it r
 points is generated straight into an agent's journal (packed entries of 2,048 points as the
 compactor leaves them, and the journal's tiers), a real agent is started on it, and a client asks
 what the app asks first: the run list, then for each metric its extent (the top level) and the
-buckets of the whole run at WIDTH columns, turned into the curves a chart draws (``gui.tiers.draw``);
+buckets of the whole run folded per column of WIDTH by the agent, turned into the curves a chart
+draws (``gui.tiers.drawn``), as the app's ``RemoteSeries`` does;
 then the same pan and zoom moves as above, every metric each.  The Qt paint itself is not in these
 times (it is in the open time above).
 
@@ -130,9 +131,10 @@ def never_seen(points: int, metrics: int, trials: int) -> dict:
     from _common import AgentProcess
 
     from pilothouse.client import Client
-    from pilothouse.gui.tiers import draw
+    from pilothouse.gui.tiers import drawn as drawn_columns
     from pilothouse.tiers import LEVELS
 
+    none = np.empty(0, np.int64)
     agent = AgentProcess()
     filled = fill_journal(agent.data / "journal.sqlite", points, metrics)
     disk = sum(f.stat().st_size for f in agent.data.glob("journal.sqlite*")) / 2 ** 30
@@ -151,9 +153,9 @@ def never_seen(points: int, metrics: int, trials: int) -> dict:
                 for name in names:
                     top = client.tiers("big", name, -2.0 ** 63, 2.0 ** 63, level=LEVELS - 1)
                     x0, x1 = float(top["xfirst"].min()), float(top["xlast"].max())
-                    rec = client.tiers("big", name, x0, x1, WIDTH)
-                    drawn[name] = draw(rec, _level(x0, x1), x0, x1, WIDTH)
-                    out["answer_bytes"] = max(out["answer_bytes"], rec.nbytes)
+                    cols = client.tiers("big", name, x0, x1, WIDTH, by_column=True)
+                    drawn[name] = drawn_columns(cols, _level(x0, x1), none, none)
+                    out["answer_bytes"] = max(out["answer_bytes"], cols.nbytes)
                 out["open_s"].append(time.perf_counter() - t)
                 assert len(drawn) == metrics and max(v.maxs.max() for v in drawn.values()) == 1e6  # every spike
             span = x1 - x0
@@ -167,7 +169,7 @@ def never_seen(points: int, metrics: int, trials: int) -> dict:
                 for _ in range(trials):
                     t = time.perf_counter()
                     for name in names:
-                        draw(client.tiers("big", name, a, b, WIDTH), _level(a, b), a, b, WIDTH)
+                        drawn_columns(client.tiers("big", name, a, b, WIDTH, by_column=True), _level(a, b), none, none)
                     times.append(time.perf_counter() - t)
                 out["moves_s"][move] = times
     finally:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pilothouse.client import AgentError, Client
-from pilothouse.gui.tiers import TierView, draw, view_range
-from pilothouse.tiers import LEVELS, RECORD, WIDTHS, level_for, whole
+from pilothouse.gui.tiers import TierView, drawn, view_range
+from pilothouse.tiers import LEVELS, RECORD, level_for, whole
 from pilothouse.wire.messages import ProtocolError
 
 ALL = (-2.0 ** 63, 2.0 ** 63)
@@ -30,11 +30,13 @@ Key = tuple[str, str, str]  # (agent, run, metric)
 
 @dataclass(frozen=True)
 class Answer:
-    """The buckets of ``level`` over steps x0..x1 an agent answered (None: its tiers are being built)."""
+    """What an agent answered for steps x0..x1 at ``level``: its buckets folded per pixel column
+    (the top level's buckets for a summary); None while the run's tiers are being built."""
 
     level: int
     x0: float
     x1: float
+    pixels: int
     records: np.ndarray | None
 
 
@@ -117,12 +119,12 @@ class RemoteTiers:
         if (x0, x1) == ALL:
             rec = client.tiers(run, metric, *ALL, level=LEVELS - 1)
             with self._cond:
-                self._summaries[key] = Answer(LEVELS - 1, *ALL, rec)
+                self._summaries[key] = Answer(LEVELS - 1, *ALL, 1, rec)
             return
         level = max(level_for(x0, x1, pixels), 0)
-        rec = client.tiers(run, metric, x0, x1, level=level)
+        rec = client.tiers(run, metric, x0, x1, pixels, level=level, by_column=True)
         with self._cond:
-            self._answers[key] = Answer(level, x0, x1, rec)
+            self._answers[key] = Answer(level, x0, x1, pixels, rec)
 
 
 class RemoteSeries:
@@ -159,20 +161,19 @@ class RemoteSeries:
             self.remote.want(self.key, *ALL, 1)
 
     def view(self, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
-        """What the last answer holds of x0..x1; a new answer is asked for when it is not this range
-        at this zoom (the chart redraws when it comes)."""
+        """The last answer's columns; a new answer is asked for when it is not of this range on
+        these columns (the chart redraws when it comes; meanwhile the old columns stand where
+        their points are)."""
         x0, x1, pixels = view_range(x0, x1, pixels)
         got = self.remote.answer(self.key)
-        level = max(level_for(x0, x1, pixels), 0)
-        if got is None or (got.x0, got.x1, got.level) != (x0, x1, level):
+        if got is None or (got.x0, got.x1, got.pixels) != (x0, x1, pixels):
             self.remote.want(self.key, x0, x1, pixels)
         if got is None or got.records is None:
             empty = np.empty(0)
             return empty, empty
-        rec = got.records
-        width = WIDTHS[got.level]
-        rec = rec[(rec["bucket"] >= np.floor(x0 / width)) & (rec["bucket"] <= np.floor(x1 / width))]
-        self._last = draw(rec, got.level, x0, x1, pixels)
+        none = np.empty(0, np.int64)
+        cols = got.records
+        self._last = drawn(cols[(cols["xlast"] >= x0) & (cols["xfirst"] <= x1)], got.level, none, none)
         return self._last.xs, self._last.ys
 
     def nonfinite(self, x0: float, x1: float) -> np.ndarray:

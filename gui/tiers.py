@@ -19,7 +19,7 @@ import sqlite_utils
 
 from pilothouse.gui.lod import Series
 from pilothouse.tier_table import BLOCK, NO_IDS, TierTable
-from pilothouse.tiers import RECORD, WIDTHS, level_for, reduce
+from pilothouse.tiers import WIDTHS, columns, level_for
 from pilothouse.wire.entries import KIND_METRIC, join_chunks
 
 MIGRATE_ROWS = 2000  # entries folded at a time when a store from before the tiers is opened
@@ -147,14 +147,14 @@ def view_range(x0: float, x1: float, pixels: int) -> tuple[float, float, int]:
 def draw(rec: np.ndarray, level: int, x0: float, x1: float, pixels: int) -> TierView:
     """What a chart draws of the buckets ``rec`` of ``level`` (those overlapping x0..x1, in step
     order) on ``pixels`` columns: the buckets folded per column, each column's envelope."""
-    rec = rec.copy()
-    width = WIDTHS[level]
-    edges = np.rint(np.linspace(x0, x1, pixels + 1)[1:-1] / width)  # column edges on the bucket grid
-    rec["bucket"] = np.searchsorted(edges, rec["bucket"], "right")
-    cols = reduce(rec)
-    bounds = np.concatenate([[np.floor(x0 / width)], edges, [np.floor(x1 / width) + 1]]) * width
+    cols, bounds = columns(rec, level, x0, x1, pixels)
     starts = np.maximum.accumulate(bounds[cols["bucket"]]).astype(np.int64)
     stops = bounds[cols["bucket"] + 1].astype(np.int64)
+    return drawn(cols, level, starts, stops)
+
+
+def drawn(cols: np.ndarray, level: int, starts: np.ndarray, stops: np.ndarray) -> TierView:
+    """The view of records folded per pixel column (``columns``): each column's envelope."""
     xs, ys = _envelope(cols)
     return TierView(xs, ys, cols["xbad"][cols["bad"] > 0].astype(np.float64), level, starts, stops,
                     cols["min"], cols["max"])

@@ -18,7 +18,7 @@ from pilothouse.node import journal_tiers
 from pilothouse.node.compactor import Compactor
 from pilothouse.node.journal import Store
 from pilothouse.node.journal_tiers import MAX_QUERY_BLOCKS, NotReady
-from pilothouse.tiers import LEVELS, WIDTHS, level_for, levels
+from pilothouse.tiers import LEVELS, WIDTHS, columns, level_for, levels
 
 ALL = (-2.0 ** 63, 2.0 ** 63)
 
@@ -205,6 +205,9 @@ def test_a_real_agent_answers_tiers_equal_to_a_fold_of_a_real_trainers_points(tm
                     rec = want[level][(want[level]["bucket"] >= x0 // width) & (want[level]["bucket"] <= x1 // width)]
                     got = client.tiers(run, metric, x0, x1, pixels)  # the level that fits these columns
                     assert got.tobytes() == rec.tobytes(), (metric, x0, x1, pixels)
+                    cols = client.tiers(run, metric, x0, x1, pixels, by_column=True)  # folded per column
+                    assert cols.tobytes() == columns(rec, level, x0, x1, pixels)[0].tobytes()
+                    assert len(cols) <= pixels
             top = client.tiers(run, "loss", *ALL, level=LEVELS - 1)
             assert top["max"].max() == pytest.approx(1e6, rel=1e-3) and top["xmax"][0] % 7919 == 0  # the spike
             assert client.tiers(run, "odd", *ALL, level=LEVELS - 1)["bad"].sum() == 10  # NaN and ±Inf counted
@@ -224,7 +227,10 @@ def test_a_real_agent_answers_tiers_equal_to_a_fold_of_a_real_trainers_points(tm
                 ({"metric": "sparse", "level": 0}, f"more than the {MAX_QUERY_BLOCKS} a query reads"),
                 ({"run": 7}, "run must be str"),
                 ({"metric": ["loss"]}, "metric name must be a string"),
-                ({"pixels": 3}, "a tiers query takes run, metric, level, x0 and x1, not pixels"),
+                ({"pixels": 0}, r"pixels must be an int in \[1, 16384\]"),
+                ({"pixels": 10 ** 9}, "pixels must be an int"),
+                ({"pixels": 2.5}, "pixels must be an int"),
+                ({"width": 3}, "a tiers query takes run, metric, level, x0, x1 and pixels, not width"),
             ]
             for change, why in bad:
                 args = {"run": run, "metric": "loss", "level": 0, "x0": ALL[0], "x1": ALL[1], **change}

@@ -24,9 +24,9 @@ packed while it is built, every point is in exactly one row the builder reads on
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -38,11 +38,10 @@ from pilothouse.wire.messages import pack
 
 FLUSH_POINTS = 65_536  # a run's waiting points folded at once: about 1 MB of memory per run
 FLUSH_SECONDS = 60.0  # or once its oldest waiting point is this old
-BUILD_POINTS = 32_768  # points one build step reads and folds, about: a few ms of fold
+BUILD_POINTS = 32_768  # points a build step folds, about (bench_tiers --old-journal: 7-12 ms pings)
 BUILD_ROWS = 16  # rows of one metric a build step reads at a time
 REMOVE_ROWS = 24  # tier rows a removal step deletes: up to 12 KB each, about a retention batch
 MAX_QUERY_BLOCKS = 256  # block rows one tiers query reads, at most (up to 32 K buckets, 3 MB)
-
 
 
 @dataclass
@@ -56,7 +55,7 @@ class Build:
 class JournalTiers:
     """The tiers of one journal connection; every write is in the journal's current transaction."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.table = TierTable(conn, ("run", "metric"), ids=False, compress=True)
         fresh = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tiers'").fetchone() is None
@@ -68,7 +67,7 @@ class JournalTiers:
         self.building: dict[str, Build] = {}
         self.waiting: dict[str, dict[str, list[tuple[bytes, bytes]]]] = {}  # run -> metric -> chunks
         self._since: dict[str, tuple[float, int]] = {}  # run -> (when its first point began waiting, points)
-        self.written = 0  # bytes of tier rows written since start (what bench_throughput reports)
+        self.written = 0  # bytes of tier rows written since start (what bench_storage reports)
         self.reload()
 
     def reload(self) -> None:

@@ -37,7 +37,7 @@ from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.rollout_search import ROW_BITS
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
-from pilothouse.tiers import LEVELS, WIDTHS
+from pilothouse.tiers import LEVELS, WIDTHS, columns
 from pilothouse.version import __version__
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, check_name, check_step_bound, query_arg
 from pilothouse.wire.entries import check_kinds
@@ -60,6 +60,7 @@ TURN_MESSAGES = 2000  # bound one turn so acks and readers are never starved
 TURN_SECONDS = 0.05
 TURN_BYTES = MAX_INBOUND_BYTES  # what one turn decodes and holds at once: a fast trainer's backlog waits in ZeroMQ
 INDEX_TEXT_BYTES = 128 * 1024  # rollout text indexed per slice between turns: about 6 ms (see the README)
+MAX_TIER_PIXELS = 16_384  # pixel columns a tiers query may fold into (a chart on an 8K screen and then some)
 LOCAL, REMOTE = b"L", b"R"  # peer tags: which socket a routing id belongs to
 FEED_TYPES = frozenset({"sub", "credit", "unsub"})  # a reader following the journal
 REMOTE_TYPES = FEED_TYPES | {"q"}  # readers and commands; trainers stay local
@@ -705,11 +706,17 @@ class Agent:
 
     def _op_tiers(self, args: dict) -> dict:
         """The buckets of one metric's tiers at ``level`` over steps x0..x1 (``records``: a
-        ``pilothouse.tiers.RECORD`` array), so an app that never saw a run draws it at once;
-        ``ready`` False while the run's tiers are being built (its points are read meanwhile)."""
-        unknown = set(args) - {"run", "metric", "level", "x0", "x1"}
+        ``pilothouse.tiers.RECORD`` array), so an app that never saw a run draws it at once; with
+        ``pixels``, folded per pixel column (one record per column: the answer's size is the
+        chart's width, not the level's); ``ready`` False while the run's tiers are being built
+        (its points are read meanwhile)."""
+        unknown = set(args) - {"run", "metric", "level", "x0", "x1", "pixels"}
         if unknown:
-            raise ValueError(f"a tiers query takes run, metric, level, x0 and x1, not {', '.join(sorted(unknown))}")
+            raise ValueError(f"a tiers query takes run, metric, level, x0, x1 and pixels, "
+                             f"not {', '.join(sorted(unknown))}")
+        pixels = args.get("pixels")
+        if pixels is not None:
+            check_int(pixels, "pixels", 1, MAX_TIER_PIXELS)
         run, metric = query_arg(args, "run", str), check_name(args.get("metric"), "metric name")
         level = check_int(args.get("level"), "level", 0, LEVELS - 1)
         x0, x1 = (check_step_bound(args.get(k), k) for k in ("x0", "x1"))
@@ -719,7 +726,9 @@ class Agent:
             rec = self.store.tier_buckets(run, metric, level, x0, x1)
         except NotReady as exc:
             return {"ready": False, "detail": str(exc)}
-        return {"ready": True, "level": level, "width": WIDTHS[level], "records": rec.tobytes()}
+        if pixels is not None:
+            rec = columns(rec, level, x0, x1, pixels)[0]
+        return {"ready": True, "level": level, "width": WIDTHS[level], "pixels": pixels, "records": rec.tobytes()}
 
     def _op_rollouts(self, args: dict) -> dict:
         """A run's rollouts of one step or of its latest steps, without reading the run from its start;
