@@ -158,13 +158,7 @@ def never_seen(points: int, metrics: int, trials: int) -> dict:
                     out["answer_bytes"] = max(out["answer_bytes"], cols.nbytes)
                 out["open_s"].append(time.perf_counter() - t)
                 assert len(drawn) == metrics and max(v.maxs.max() for v in drawn.values()) == 1e6  # every spike
-            span = x1 - x0
-            moves = {"zoom to the middle half": (x0 + span / 4, x1 - span / 4),
-                     "zoom to 1 %": (x0 + span * 0.50, x0 + span * 0.51),
-                     "pan by 0.5 %": (x0 + span * 0.505, x0 + span * 0.515),
-                     "zoom to 1,000 steps (level 0)": (x0 + span * 0.3, x0 + span * 0.3 + 1000),
-                     "zoom out to the whole run": (x0, x1)}
-            for move, (a, b) in moves.items():
+            for move, (a, b) in moves(x0, x1, "level 0").items():
                 times = []
                 for _ in range(trials):
                     t = time.perf_counter()
@@ -230,6 +224,16 @@ def _level(x0: float, x1: float) -> int:
     return max(level_for(x0, x1, WIDTH), 0)
 
 
+def moves(x0: float, x1: float, finest: str) -> dict[str, tuple[float, float]]:
+    """The pan and zoom moves measured, from the whole run's x range; ``finest``: what 1,000 steps read."""
+    span = x1 - x0
+    return {"zoom to the middle half": (x0 + span / 4, x1 - span / 4),
+            "zoom to 1 %": (x0 + span * 0.50, x0 + span * 0.51),
+            "pan by 0.5 %": (x0 + span * 0.505, x0 + span * 0.515),
+            f"zoom to 1,000 steps ({finest})": (x0 + span * 0.3, x0 + span * 0.3 + 1000),
+            "zoom out to the whole run": (x0, x1)}
+
+
 def child(path: Path, mode: str) -> dict:
     """In this process: open the run, pan and zoom, and report times and memory (as JSON)."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -256,14 +260,8 @@ def child(path: Path, mode: str) -> dict:
     opened = time.perf_counter() - t0
     first = next(iter(panel.charts.values()))
     (x0, x1), _ = first.getViewBox().viewRange()
-    span = x1 - x0
-    moves = {"zoom to the middle half": (x0 + span / 4, x1 - span / 4),
-             "zoom to 1 %": (x0 + span * 0.50, x0 + span * 0.51),
-             "pan by 0.5 %": (x0 + span * 0.505, x0 + span * 0.515),
-             "zoom to 1,000 steps (raw points)": (x0 + span * 0.3, x0 + span * 0.3 + 1000),
-             "zoom out to the whole run": (x0, x1)}
     repaint = {}
-    for name, (a, b) in moves.items():
+    for name, (a, b) in moves(x0, x1, "raw points").items():
         t = time.perf_counter()
         first.setXRange(a, b, padding=0)
         for chart in panel.charts.values():
