@@ -49,7 +49,8 @@ BAND_MS = 1000  # a group's band is recomputed from its runs' points at most thi
 NAME_PATTERN = r"[-_]?seed\d+"  # the first guess of what tells a group's runs apart
 GROUP = "group:"  # a group's curve name: never a run id (ids have no colon)
 OLD = "~superseded"  # a run's points a later attempt logged again: a curve of their own, faint
-REMOTE_SHARE = 0.99  # a run the store holds less of than this share of its agent's points is drawn from the agent
+REMOTE_GAP = 1_000_000  # a run the store lacks this many points of is drawn from its agent's tiers meanwhile
+# (fewer arrive through the link's feed in about a second)
 
 
 class ChartsPanel(QWidget):
@@ -102,6 +103,7 @@ class ChartsPanel(QWidget):
         self.stored_points = STORED_POINTS  # a longer stored metric is charted from the tiers
         self.remote: RemoteTiers | None = None  # set by the app: a run the store lacks is drawn from its agent's tiers
         self.remote_keys: set[RunKey] = set()  # the charted runs drawn so
+        self.remote_gap = REMOTE_GAP
         controls = QHBoxLayout()
         controls.addWidget(QLabel("smoothing"))
         controls.addWidget(self.smoothing)
@@ -200,11 +202,11 @@ class ChartsPanel(QWidget):
         return (self._append(key, metric, steps, vals, times) if len(steps) else False) or made
 
     def _lacks(self, store: LocalStore, key: RunKey, run: dict) -> bool:
-        """Whether the store holds less than the run's points on its agent (an app that never saw
-        it, still following the journal): its charts then draw the agent's tiers meanwhile."""
+        """Whether the store lacks ``remote_gap`` or more of the run's points on its agent (an app
+        that never saw it, still following the journal): its charts then draw the agent's tiers."""
         if self.remote is None or self.groups or self.x_axis.currentText() != "step":
             return False
-        return store.points(*key) < REMOTE_SHARE * int(run.get("points") or 0)
+        return int(run.get("points") or 0) - store.points(*key) >= self.remote_gap
 
     def remote_answered(self, agent: str) -> None:
         """An agent answered tiers: the charts drawing them redraw (and may turn out flat)."""
