@@ -24,6 +24,7 @@ import pilothouse as ph
 from pilothouse.cli import main
 from pilothouse.cli.archive_file import META_KEY
 from pilothouse.client import AgentError, Client
+from pilothouse.tiers import levels
 
 NAN_PAYLOAD = struct.unpack("<d", struct.pack("<Q", 0x7FF8DEAD0000BEEF))[0]
 SPECIAL = [1.5, NAN_PAYLOAD, -0.0, math.inf, -math.inf, 5e-324, 1e308]
@@ -102,6 +103,9 @@ def test_a_run_archived_and_imported_comes_back_whole(agent_proc, tmp_path):
         with second.client() as client:
             after = everything(client, run)
             assert [r["id"] for r in client.runs() if r["kind"] == "train"] == [run]
+            steps, vals, _ = client.series(run, "loss")  # its tiers are built between turns, from its points
+            wait_until(lambda: client.tiers(run, "loss", 0, 100, level=0) is not None, what="the tiers built")
+            assert client.tiers(run, "loss", 0, 100, level=0).tobytes() == dict(levels(steps, vals))[0].tobytes()
         imported = after["events"].pop()
         assert after == before  # every point bit-exact, config (as steered), status, rollouts, events, search
         assert [h["rollout"]["prompt"] for h in after["found"]] == ["p3 ✓"]

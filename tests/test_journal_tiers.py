@@ -6,6 +6,7 @@ over the socket by ``Client.tiers``; bad tiers queries refused with the reason."
 from __future__ import annotations
 
 import socket
+import sqlite3
 import time
 
 import numpy as np
@@ -258,3 +259,28 @@ def test_a_salvaged_journal_builds_its_tiers_again(tmp_path):
     assert set(store.tiers.building) == {"r1"} and not store.db.execute("SELECT COUNT(*) FROM tiers").fetchone()[0]
     build(store)
     assert_exact(store, "r1", "loss", *points)
+
+
+def test_an_agent_killed_with_points_waiting_builds_their_tiers_when_it_starts_again(tmp_path):
+    proc = AgentProcess(tmp_path / "agent", free_port()).start()
+    try:
+        trainer = start_trainer(tmp_path, TRAINER, proc.url, "20000")
+        run = trainer.stdout.readline().strip()
+        assert trainer.wait(120) == 0, trainer.stderr.read()
+        with proc.client() as client:
+            wait_until(lambda: any(r["id"] == run and r["status"] == "finished" for r in client.runs()),
+                       what="the run to finish")
+            assert client.tiers(run, "loss", *ALL, level=3) is not None  # answered from what waits in memory
+        proc.kill()  # SIGKILL: the points waiting to be folded are lost from memory, their mark is on disk
+        con = sqlite3.connect(proc.data / "journal.sqlite")
+        assert (run,) in con.execute("SELECT run FROM tier_marks").fetchall()
+        con.close()
+        proc.start()
+        with proc.client() as client:
+            steps, vals, _ = client.series(run, "loss")
+            wait_until(lambda: client.tiers(run, "loss", *ALL, level=0) is not None, what="the tiers built again")
+            for level in (0, 4, LEVELS - 1):
+                want = dict(levels(steps, vals))[level]
+                assert client.tiers(run, "loss", *ALL, level=level).tobytes() == want.tobytes()
+    finally:
+        proc.stop()
