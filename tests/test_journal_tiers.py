@@ -284,3 +284,17 @@ def test_an_agent_killed_with_points_waiting_builds_their_tiers_when_it_starts_a
                 assert client.tiers(run, "loss", *ALL, level=level).tobytes() == want.tobytes()
     finally:
         proc.stop()
+
+
+def test_points_waiting_in_all_runs_together_stay_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(journal_tiers, "MAX_WAITING", 1500)
+    store = Store(tmp_path / "journal.sqlite")
+    runs = {"r1": spiky(6, 1200), "r2": spiky(7, 400)}
+    for run, points in runs.items():
+        new_run(store, run)
+        ingest(store, run, {"loss": points}, per_turn=50)
+    waiting = sum(len(steps) // 8 for metrics in store.tiers.waiting.values() for chunks in metrics.values()
+                  for steps, _ in chunks)
+    assert 0 < waiting <= 1500 and "r1" not in store.tiers.waiting  # the run with the most was folded
+    for run, points in runs.items():
+        assert_exact(store, run, "loss", *points)

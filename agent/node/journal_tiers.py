@@ -4,7 +4,8 @@ app that has never seen a run can draw any range of it from a few buckets per pi
 Why buffered: folding a turn's points rewrites the tail block of every level (16 of them) of each
 metric it touched, about 6 KB each on a long run; done every turn, a 1 Hz GPU reading would cost
 tens of KB of writes per second for 24 B of points.  So a run's new points wait in memory and are
-folded once a run holds FLUSH_POINTS of them or its oldest is FLUSH_SECONDS old; a tiers query
+folded once a run holds FLUSH_POINTS of them or its oldest is FLUSH_SECONDS old (and the run with
+the most once all runs together hold MAX_WAITING, so many live runs cannot grow memory); a tiers query
 folds what waits into its answer, so answers are never behind the journal.
 
 Why it survives a crash: ``tier_marks`` has a row for each run whose tiers lack some of its
@@ -37,6 +38,7 @@ from pilothouse.wire.entries import KIND_METRIC, Entry, unpack_blob
 from pilothouse.wire.messages import pack
 
 FLUSH_POINTS = 65_536  # a run's waiting points folded at once: about 1 MB of memory per run
+MAX_WAITING = 262_144  # points waiting in all runs together, at most: about 4 MB
 FLUSH_SECONDS = 60.0  # or once its oldest waiting point is this old
 BUILD_POINTS = 32_768  # points a build step folds, about (bench_tiers --old-journal: 7-12 ms pings)
 BUILD_ROWS = 16  # rows of one metric a build step reads at a time
@@ -99,6 +101,8 @@ class JournalTiers:
         for run, (since, count) in list(self._since.items()):
             if run not in hidden and (count >= FLUSH_POINTS or now - since >= FLUSH_SECONDS):
                 self.flush(run)
+        while sum(count for _, count in self._since.values()) > MAX_WAITING:
+            self.flush(max(self._since, key=lambda run: self._since[run][1]))
 
     def flush(self, run: str) -> None:
         """Fold what of ``run`` waits; its tiers are then whole."""
