@@ -15,6 +15,7 @@ from pilothouse.gui.attempts import members
 from pilothouse.gui.jobs import is_job_node
 from pilothouse.gui.run_columns import CONFIG, FIXED, MISSING, SUMMARY, Column, default_config_columns, ordered
 from pilothouse.wire.metric_order import by_importance, importance
+from pilothouse.wire.watched import USER_KINDS
 
 RunKey = tuple[str, str]  # (agent URL, run id): one run resumed on another node is one row (see ``attempts``)
 
@@ -123,7 +124,7 @@ class RunsModel:
 
     def _merge(self, runs: Iterable[dict], agent: str | None) -> None:
         for run in runs:
-            if self.include_system or run.get("kind", "train") == "train":
+            if self.include_system or run.get("kind", "train") in USER_KINDS:
                 row = RunRow.from_run(run, agent)
                 self._each[row.key] = row
         self._join()
