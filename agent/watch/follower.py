@@ -124,7 +124,6 @@ class Watcher:
             self.close()
             raise
         self.host = socket.gethostname()
-        self._known: set[str] | None = None  # run ids the agent has, asked when a new folder appears
         self._started = psutil.Process().create_time()
         self.flush_timeout = 10.0  # at exit: how long to wait for the agent to acknowledge what was sent
 
@@ -218,6 +217,7 @@ class Watcher:
     # --- runs -----------------------------------------------------------------------------------
 
     def _discover(self, logdir: Logdir) -> None:
+        known: set[str] | None = None  # the agent's runs, asked once per pass that finds a new folder
         for folder, files in logdir.folders().items():
             if folder in logdir.runs or folder in logdir.refused:
                 continue
@@ -230,7 +230,9 @@ class Watcher:
                 logdir.refused.add(folder)
                 continue
             state = logdir.state.runs.get(run_id)
-            if state is None and run_id in self._agent_runs(refresh=True):
+            if state is None and known is None:
+                known = self._agent_runs()
+            if state is None and run_id in known:
                 self.say(f"{name}: not sent: the agent already has run {run_id} from {folder}, and the watch state "
                          f"({logdir.state.path}) does not say what of it the agent holds; records numbered anew would "
                          f"be dropped as ones it has. To send it again, remove it first: pilothouse rm {run_id}")
@@ -245,16 +247,14 @@ class Watcher:
                                              Summaries(state.plugins))
             self.say(f"{'importing' if self.once else 'watching'} {name} ({run_id}) from {folder}")
 
-    def _agent_runs(self, refresh: bool) -> set[str]:
-        if refresh or self._known is None:
-            try:
-                with Client(self.agent, timeout=5.0, keys=self.keys) as client:
-                    self._known = {r["id"] for r in client.runs()}
-            except AgentUnavailable:
-                if self.once:
-                    raise
-                self._known = self._known or set()  # the welcome still checks; see _start
-        return self._known
+    def _agent_runs(self) -> set[str]:
+        try:
+            with Client(self.agent, timeout=5.0, keys=self.keys) as client:
+                return {r["id"] for r in client.runs()}
+        except AgentUnavailable:
+            if self.once:
+                raise
+            return set()  # the agent's welcome still tells: see _start
 
     def _start(self, logdir: Logdir, run: WatchedRun) -> bool:
         """Once the agent welcomed the run: continue its stream where the agent holds it."""
