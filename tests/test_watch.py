@@ -254,3 +254,33 @@ def test_agent_watch_runs_the_watcher_in_the_agent(tmp_path):
     bad = run_cli("agent", "--bind", f"tcp://127.0.0.1:{free_port()}", "--data", str(tmp_path / "a2"),
                   "--watch", str(tmp_path / "nowhere"))
     assert bad.returncode == 2 and "does not exist" in bad.stderr and not (tmp_path / "a2").exists()
+
+
+def test_state_resumes_inside_a_chunk_whose_ack_was_lost():
+    """The agent stored a batch whose acknowledgement never came back: the watch continues after it."""
+    from pilothouse.watch.offsets import RunState
+
+    state = RunState(seq=10, offsets={"a": 500})
+    state.queued(14, "a", 700)  # records 11..14 from file a
+    state.queued(14, "b", 40)  # file b's header: no records
+    state.queued(20, "b", 400)  # records 15..20 from file b
+    assert state.acked(13) is False and state.seq == 10  # a part of a chunk: nothing folds yet
+    assert state.resume(17) == ("b", 3)  # 15..17 are stored: b from offset 40, its next 3 records passed over
+    assert (state.seq, state.offsets, state.chunks) == (14, {"a": 700, "b": 40}, [])
+    with pytest.raises(ValueError, match="holds records up to 30"):
+        RunState(seq=10, offsets={"a": 500}, chunks=[[14, "a", 700]]).resume(30)
+    with pytest.raises(ValueError, match="holds records up to 3"):
+        RunState(seq=10).resume(3)
+
+
+def test_text_tables_become_rollout_rows():
+    from pilothouse.watch.summaries import text_rollouts
+
+    verl = ("**Generation Results - Step 4**\n\n### Sample 1\n**Input:** 2+2?\n\n**Output:** it is\n4\n\n"
+            "**Score:** 1.0\n\n---\n\n### Sample 2\n**Input:** hi\n\n**Output:** yo\n\n**Score:** 0.0\n\n---\n\n")
+    assert text_rollouts(np.array([verl.encode()])) == [{"prompt": "2+2?", "completion": "it is\n4", "reward": 1.0},
+                                                         {"prompt": "hi", "completion": "yo", "reward": 0.0}]
+    assert text_rollouts(np.array([[b"question", b"response"], [b"a|b", b"c"]])) == [{"prompt": "a|b",
+                                                                                      "completion": "c"}]
+    assert text_rollouts(np.array([b"just a note"])) is None
+    assert text_rollouts(np.array([b"| x | y |\n|---|---|\n| 1 | 2 |"])) is None  # a table, not of rollouts
