@@ -178,6 +178,9 @@ class Watcher:
     def _finish_all(self) -> int:
         failed = 0
         for logdir in self.logdirs:
+            if not logdir.runs and not logdir.refused:
+                self.say(f"no TensorBoard event files under {logdir.path}: nothing imported")
+                failed += 1
             failed += len(logdir.refused)
             for run in logdir.runs.values():
                 failed += run.refused
@@ -294,15 +297,17 @@ class Watcher:
             tail = run.tails.get(name)
             if tail is None:
                 tail = run.tails[name] = EventFileTail(run.folder / name, run.state.offsets.get(name, 0))
-            events = tail.read(1 << 62 if run.skip_file == name else READ_EVENTS)
+            # the skipped records came from one read of at most READ_EVENTS events from this same offset
+            skip = run.skip if name == run.skip_file else 0
+            events = tail.read(READ_EVENTS)
+            if name == run.skip_file:
+                run.skip_file, run.skip = None, 0
             if tail.damaged and name not in run.told:
                 run.told.add(name)
                 self.say(f"{run.name}: {tail.damaged}")
             if not events:
                 continue
-            out.extend(self._records(run, [e for _, e in events]))
-            if run.skip_file == name:
-                run.skip_file = None
+            out.extend(self._records(run, [e for _, e in events], skip))
             run.state.queued(run.next_seq + len(out) - 1, name, tail.offset)
             read = True
         if not read:
@@ -310,7 +315,8 @@ class Watcher:
         run.next_seq += len(out)
         return out
 
-    def _records(self, run: WatchedRun, events: list) -> list[tuple]:
+    def _records(self, run: WatchedRun, events: list, skip: int) -> list[tuple]:
+        """The events' records, less the first ``skip`` (the agent has them)."""
         out = []
         config = {}
         for event in events:
@@ -319,8 +325,8 @@ class Watcher:
                 self.say(f"{run.name}: {line}")
             config.update(decoded.config)
             for record in decoded.records:
-                if run.skip:
-                    run.skip -= 1
+                if skip:
+                    skip -= 1
                     continue
                 out.append(record)
                 if record[0] == REC_METRICS:
