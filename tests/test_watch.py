@@ -284,3 +284,57 @@ def test_text_tables_become_rollout_rows():
                                                                                       "completion": "c"}]
     assert text_rollouts(np.array([b"just a note"])) is None
     assert text_rollouts(np.array([b"| x | y |\n|---|---|\n| 1 | 2 |"])) is None  # a table, not of rollouts
+
+
+def test_a_lost_acknowledgement_is_neither_sent_again_nor_missed(agent_proc, tmp_path):
+    """The agent stored records whose ack the watcher never saved: the restarted watcher passes over
+    exactly those, and sends what the file gained since under the next numbers."""
+    import threading
+
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from pilothouse.watch.follower import Watcher
+
+    path = tmp_path / "logs" / "r" / "events.out.tfevents.1700000000.test"
+    path.parent.mkdir(parents=True)
+
+    def append(steps: range) -> None:
+        with open(path, "ab") as f:
+            writer = RecordWriter(f)
+            for s in steps:
+                value = Summary.Value(tag="loss", simple_value=1.0 / (s + 1))
+                writer.write(Event(wall_time=1.7e9 + s / 4, step=s, summary=Summary(value=[value])).SerializeToString())
+
+    append(range(40))  # no file-version event: record k is step k - 1, one point each
+    lines: list[str] = []
+
+    def watch_once(want: int) -> None:
+        watcher = Watcher([tmp_path / "logs"], agent_proc.url, say=lines.append, state_dir=tmp_path / "state")
+        stop = threading.Event()
+        thread = threading.Thread(target=watcher.run, args=(stop,))
+        thread.start()
+        wait_until(lambda: points(client, "r") >= want, timeout=15, what=f"{want} points")
+        stop.set()
+        thread.join(timeout=20)
+
+    client = agent_proc.client()
+    watch_once(40)
+    assert points(client, "r") == 40
+    data, ends, at = path.read_bytes(), [], 0
+    while at < len(data):
+        at += 16 + int.from_bytes(data[at:at + 8], "little")
+        ends.append(at)
+    state_file = next((tmp_path / "state").glob("*.json"))
+    state = json.loads(state_file.read_text())
+    (run_state,) = state["runs"].values()
+    assert run_state["seq"] == 40 and run_state["offsets"] == {path.name: len(data)}
+    # as if the acks of records 11..40 never came back: acknowledged up to 10, records up to 45 sent
+    run_state.update(seq=10, offsets={path.name: ends[9]}, chunks=[[45, path.name, ends[-1] + 100]])
+    state_file.write_text(json.dumps(state))
+    append(range(40, 50))
+    watch_once(50)
+    run = run_of(client, "r")
+    assert run["points"] == 50 and run["attempts"] == 1, lines
+    assert_series(client, run["id"], "loss", (np.arange(50), np.array([1.0 / (s + 1) for s in range(50)], np.float32)
+                                              .astype(np.float64), np.array([1.7e9 + s / 4 for s in range(50)])))
