@@ -109,11 +109,13 @@ def main(argv: list[str] | None = None) -> dict:
     lives = [live(args.points) for _ in range(args.trials)]
     imports = [import_vs_tensorboard(args.runs, args.points) for _ in range(args.trials)]
     rate = median([t["points_per_s"] for t in lives])
+    writer, lag = median([t["writer_s"] for t in lives]), median([t["lag_s"] for t in lives])
     imp, tb = median([t["import_s"] for t in imports]), median([t["tensorboard_s"] for t in imports])
     print(table(["case", "points", "median", "note"], [
         ["watch, live writer", args.points, f"{rate:,.0f} points/s",
-         f"writer {median([t['writer_s'] for t in lives]):.2f} s, lag after it {median([t['lag_s'] for t in lives]):.2f} s"],
-        [f"import ({args.runs} runs)", imports[0]["points"], f"{imp:.2f} s", f"{imports[0]['points'] / imp:,.0f} points/s"],
+         f"writer {writer:.2f} s, lag after it {lag:.2f} s"],
+        [f"import ({args.runs} runs)", imports[0]["points"], f"{imp:.2f} s",
+         f"{imports[0]['points'] / imp:,.0f} points/s"],
         ["TensorBoard EventAccumulator", imports[0]["points"], f"{tb:.2f} s",
          f"import / TensorBoard = {imp / tb:.2f}x"],
     ]))

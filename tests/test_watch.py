@@ -36,8 +36,8 @@ for step in range(first, last + 1):
     w.add_scalar("loss", value(step), step, walltime=1.7e9 + step / 4)
     w.add_scalar("train/reward", step * 0.5, step, walltime=1.7e9 + step / 4)
     if step == text_at:
-        w.add_text("samples", "| prompt | completion | reward |\\n|---|---|---|\\n| 2+2 | 4 | 1.0 |\\n| hi | yo | nan |",
-                   step, walltime=1.7e9 + step / 4)
+        table = "| prompt | completion | reward |\\n|---|---|---|\\n| 2+2 | 4 | 1.0 |\\n| hi | yo | nan |"
+        w.add_text("samples", table, step, walltime=1.7e9 + step / 4)
     if every and step % every == 0:
         w.flush()
         print(step, flush=True)
@@ -231,7 +231,8 @@ def test_import_once_bad_input_and_lost_state(agent_proc, tmp_path):
     for state in (tmp_path / "ph-data" / "watch").glob("*.json"):
         state.unlink()  # the state is lost: sent again, the records would be numbered anew
     lost = run_cli("import", str(logdir), "--agent", agent_proc.url, env=env)
-    assert lost.returncode == 1 and "the agent already has run" in lost.stderr and f"pilothouse rm {run['id']}" in lost.stderr
+    assert lost.returncode == 1 and "the agent already has run" in lost.stderr
+    assert f"pilothouse rm {run['id']}" in lost.stderr
     after = run_of(client, "a")
     assert after["points"] == 41 and after["status"] == "finished" and after["attempts"] == 1
 

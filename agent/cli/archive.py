@@ -9,8 +9,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from pilothouse.cli.archive_file import ArchiveError, open_archive, write_archive
 from pilothouse.cli import watch
+from pilothouse.cli.archive_file import ArchiveError, open_archive, write_archive
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Reader, client_for
 from pilothouse.client import CALL_ERRORS, Client, claimed_sender
 from pilothouse.text import printable

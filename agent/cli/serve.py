@@ -7,8 +7,8 @@ import logging
 import sqlite3
 import sys
 import threading
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, positive
 from pilothouse.cli.watch import NEEDS
@@ -78,7 +78,7 @@ def _watcher(args: argparse.Namespace) -> Any:
     """``--watch``: a watcher for a thread of the agent's process, talking to the agent as a trainer does
     (the agent's loop never waits on files); an exit status if a logdir cannot be watched."""
     try:
-        from pilothouse.watch.follower import WatchError, Watcher
+        from pilothouse.watch.follower import Watcher, WatchError
         from pilothouse.watch.offsets import StateError
     except ImportError:
         print(f"pilothouse agent: {NEEDS}", file=sys.stderr)

@@ -18,7 +18,8 @@ NEEDS = "watching TensorBoard logdirs needs tensorboard's event reader: pip inst
 
 
 def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParser, default_agent: str) -> None:
-    w = sub.add_parser("watch", parents=[keys_arg], help="follow TensorBoard logdirs live into an agent (no code change)")
+    w = sub.add_parser("watch", parents=[keys_arg],
+                       help="follow TensorBoard logdirs live into an agent (no code change)")
     w.add_argument("logdirs", nargs="+", type=Path, metavar="LOGDIR",
                    help="a folder of runs: every folder under it holding event files becomes a run")
     w.add_argument("--agent", type=url_arg, default=default_agent, help=f"agent URL (default {default_agent})")
@@ -43,7 +44,7 @@ def cmd_import_logdir(args: argparse.Namespace) -> int:
 
 def follow(args: argparse.Namespace, stop: threading.Event, once: bool, logdirs: list[Path] | None = None) -> int:
     try:
-        from pilothouse.watch.follower import WatchError, Watcher
+        from pilothouse.watch.follower import Watcher, WatchError
         from pilothouse.watch.offsets import StateError
     except ImportError:
         print(f"pilothouse: {NEEDS}", file=sys.stderr)

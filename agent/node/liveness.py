@@ -38,9 +38,9 @@ class Liveness:
         self.stale_after = stale_after
         self.runs: dict[str, Trainer] = {}
         now = time.time()  # after a restart, runs that were running get the usual grace period, not a verdict
+        marks = ", ".join("?" * len(USER_KINDS)), ", ".join("?" * len(SILENCED))
         for row in store.db.query("SELECT id, host, pid, pid_started, status, kind FROM runs WHERE kind IN "
-                                  f"({', '.join('?' * len(USER_KINDS))}) AND status IN ({', '.join('?' * len(SILENCED))})",
-                                  USER_KINDS + SILENCED):
+                                  f"({marks[0]}) AND status IN ({marks[1]})", USER_KINDS + SILENCED):
             self.runs[row["id"]] = Trainer(row["host"], row["pid"], row["pid_started"], now, row["status"],
                                            row["kind"] == WATCHED)
 

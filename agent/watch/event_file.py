@@ -16,10 +16,10 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
+from google.protobuf.message import DecodeError
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.tensorflow_stub import errors
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
-from google.protobuf.message import DecodeError
 
 RECORD_OVERHEAD = 16  # the length (8 bytes) and its CRC (4) before the data, the data's CRC (4) after
 EVENT_FILE = "tfevents"  # in every event file's name (events.out.tfevents.<time>.<host>...)

@@ -28,7 +28,7 @@ from pilothouse.paths import watch_state_dir
 from pilothouse.security import Keyring
 from pilothouse.trainer.outbox import Outbox
 from pilothouse.watch.event_file import EventFileTail, is_event_file
-from pilothouse.watch.offsets import RunState, StateError, WatchState
+from pilothouse.watch.offsets import RunState, WatchState
 from pilothouse.watch.summaries import Summaries
 from pilothouse.wire.checks import normal_name
 from pilothouse.wire.records import REC_METRICS
@@ -189,8 +189,9 @@ class Watcher:
                 for tail in run.tails.values():
                     failed += tail.damaged is not None
                     if tail.torn and not tail.damaged:
-                        self.say(f"{run.name}: {tail.path.name} ends in part of a record ({_size(tail.path) - tail.offset} "
-                                 "bytes: its writer stopped mid-record); everything before it was imported")
+                        torn = _size(tail.path) - tail.offset
+                        self.say(f"{run.name}: {tail.path.name} ends in part of a record ({torn} bytes: its writer "
+                                 "stopped mid-record); everything before it was imported")
                 run.finished = True
                 if not run.outbox.close(timeout=30):
                     self.say(f"{run.name}: the agent did not confirm the end of the run")

@@ -72,7 +72,8 @@ class Summaries:
         if scalars and not 0 <= step <= INT64_MAX:
             self._skip(out, f"step {step}", f"step {step} is negative: {len(scalars)} values at it are left out")
         elif scalars:
-            packer = self._packers.get(len(scalars)) or self._packers.setdefault(len(scalars), metrics_packer(len(scalars)))
+            n = len(scalars)
+            packer = self._packers.get(n) or self._packers.setdefault(n, metrics_packer(n))
             out.records.insert(0, (REC_METRICS, tuple(scalars), packer(step, event.wall_time, *scalars.values())))
         return out
 
