@@ -226,8 +226,10 @@ def test_import_once_bad_input_and_lost_state(agent_proc, tmp_path):
     assert run["status"] == "finished" and run["points"] == 41 and run["config"]["lr"] == 0.003
     assert_series(client, run["id"], "loss", expected_loss(range(20)))
 
+    events = run_events(client, run["id"])
     again = run_cli("import", str(logdir), "--agent", agent_proc.url, env=env)  # twice: nothing doubles
-    assert "imported a " in again.stderr and run_of(client, "a")["points"] == 41
+    assert "imported before, nothing new" in again.stderr and run_of(client, "a")["points"] == 41
+    assert run_events(client, run["id"]) == events  # the agent was not even told
     for state in (tmp_path / "ph-data" / "watch").glob("*.json"):
         state.unlink()  # the state is lost: sent again, the records would be numbered anew
     lost = run_cli("import", str(logdir), "--agent", agent_proc.url, env=env)

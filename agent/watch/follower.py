@@ -93,6 +93,7 @@ class Logdir:
             raise WatchError(str(exc)) from None
         self.runs: dict[Path, WatchedRun] = {}
         self.refused: set[Path] = set()  # folders not sent, said once
+        self.unchanged: set[Path] = set()  # imported before, nothing new since: the agent is not even told
         self.dirty = False  # the state changed since it was saved
 
     def folders(self) -> dict[Path, list[str]]:
@@ -178,7 +179,7 @@ class Watcher:
     def _finish_all(self) -> int:
         failed = 0
         for logdir in self.logdirs:
-            if not logdir.runs and not logdir.refused:
+            if not logdir.runs and not logdir.refused and not logdir.unchanged:
                 self.say(f"no TensorBoard event files under {logdir.path}: nothing imported")
                 failed += 1
             failed += len(logdir.refused)
@@ -223,7 +224,7 @@ class Watcher:
     def _discover(self, logdir: Logdir) -> None:
         known: set[str] | None = None  # the agent's runs, asked once per pass that finds a new folder
         for folder, files in logdir.folders().items():
-            if folder in logdir.runs or folder in logdir.refused:
+            if folder in logdir.runs or folder in logdir.refused or folder in logdir.unchanged:
                 continue
             rel = folder.relative_to(logdir.path).as_posix()
             run_id = "tb-" + hashlib.sha256(f"{self.host}:{folder}".encode()).hexdigest()[:16]
@@ -234,6 +235,11 @@ class Watcher:
                 logdir.refused.add(folder)
                 continue
             state = logdir.state.runs.get(run_id)
+            if self.once and state is not None and state.seq and not state.chunks \
+                    and all(state.offsets.get(f) == _size(folder / f) for f in files):
+                self.say(f"{name} ({run_id}): imported before, nothing new in its files")
+                logdir.unchanged.add(folder)
+                continue
             if state is None and known is None:
                 known = self._agent_runs()
             if state is None and run_id in known:
