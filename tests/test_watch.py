@@ -18,6 +18,8 @@ from conftest import ROOT, AgentProcess, free_port, run_cli, run_events, wait_un
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 from tensorboard.compat.proto.event_pb2 import Event
 
+from pilothouse.cli import main
+
 # ARGS: library (torch|tbx), folder, first step, last step, text step, hparams (0/1), flush every
 WRITER = """
 import math, sys, time
@@ -122,7 +124,7 @@ def test_live_writers_restarted_watcher_every_point_exact(agent_proc, tmp_path):
         os.kill(watcher.pid, signal.SIGKILL)  # mid-stream, no goodbye
         watcher.wait()
         # the writer restarts: a new event file in the same folder continues the run
-        write(tmp_path, "torch", logdir / "grpo" / "lr3e-6", 200, 299)
+        write(tmp_path, "tbx", logdir / "grpo" / "lr3e-6", 200, 299)
         watcher = watch(tmp_path, agent_proc.url, logdir)
         wait_until(lambda: points(client, "grpo/lr3e-6") == 601, timeout=15, what="the restarted writer's points")
     finally:
@@ -154,7 +156,7 @@ def test_live_writers_restarted_watcher_every_point_exact(agent_proc, tmp_path):
 
 def test_torn_records_are_retried_and_a_killed_writer_restarts(agent_proc, tmp_path):
     scratch, logdir = tmp_path / "scratch", tmp_path / "logs"
-    write(tmp_path, "torch", scratch, 0, 49)
+    write(tmp_path, "tbx", scratch, 0, 49)
     source = next(scratch.glob("*tfevents*"))
     data = source.read_bytes()
     ends = []  # where each record ends, from the framing
@@ -202,7 +204,7 @@ def test_torn_records_are_retried_and_a_killed_writer_restarts(agent_proc, tmp_p
         np.testing.assert_array_equal(times, [r[2] for r in rows])
 
 
-def test_import_once_bad_input_and_lost_state(agent_proc, tmp_path):
+def test_import_once_bad_input_and_lost_state(agent_proc, tmp_path, monkeypatch, capsys):
     logdir = tmp_path / "done"
     write(tmp_path, "torch", logdir / "a", 0, 19, hparams=True)
     (logdir / "junk").mkdir()
@@ -211,12 +213,13 @@ def test_import_once_bad_input_and_lost_state(agent_proc, tmp_path):
     env = _env(tmp_path)
     client = agent_proc.client()
 
-    for bad, why in ((tmp_path / "nowhere", "does not exist"), (logdir / "notes.txt", "is a file")):
-        out = run_cli("watch", str(bad), "--agent", agent_proc.url, env=env)
-        assert out.returncode == 2 and why in out.stderr, out.stderr
+    monkeypatch.setenv("PILOTHOUSE_DATA", env["PILOTHOUSE_DATA"])
     event_file = next((logdir / "a").glob("*tfevents*"))
-    out = run_cli("import", str(event_file), "--agent", agent_proc.url, env=env)
-    assert out.returncode == 2 and "import its folder" in out.stderr
+    for args, why in ((["watch", str(tmp_path / "nowhere")], "does not exist"),
+                      (["watch", str(logdir / "notes.txt")], "is a file"),
+                      (["import", str(event_file)], "import its folder")):
+        assert main([*args, "--agent", agent_proc.url]) == 2
+        assert why in capsys.readouterr().err
     assert [r for r in client.runs() if r["kind"] == "watched"] == []  # nothing changed
 
     first = run_cli("import", str(logdir), "--agent", agent_proc.url, env=env)
