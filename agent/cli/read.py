@@ -58,7 +58,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print()
         return 0
     if not runs:
-        print(f"no runs yet on {args.agent}: add `run = pilothouse.init(project=..., name=...)` to a training script")
+        print(f"no runs yet on {args.agent}: add `run = pilothouse.init(project=..., name=...)` to a training script, "
+              "or follow its TensorBoard logs with `pilothouse watch LOGDIR`")
         return 0
     size = ("SIZE",) if args.size else ()
     rows = [("ID", "RUN", "STATUS", "STEP", *size, "HOST", "LOST", "ATTEMPT", "ALERTS", "KEY", "LAST VALUES")]
