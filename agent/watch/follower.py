@@ -37,6 +37,7 @@ POLL_S = 0.2  # new folders and appended events reach the agent well within a se
 READ_EVENTS = 20_000  # events read from one file per poll
 MAX_UNACKED = 200_000  # records sent and not yet acknowledged, per run: past it the run's files wait
 MAX_UNACKED_BYTES = 64 << 20
+MAX_IMPORTING = 16  # runs an import sends at once (each has a sending thread); the others wait their turn
 SESSION = "tensorboard"  # a watched run's one stream: its numbering continues across watchers
 _FILE_TIME = re.compile(r"tfevents\.(\d{9,11})")
 
@@ -95,6 +96,7 @@ class Logdir:
         self.refused: set[Path] = set()  # folders not sent, said once
         self.unchanged: set[Path] = set()  # imported before, nothing new since: the agent is not even told
         self.dirty = False  # the state changed since it was saved
+        self.waiting = False  # an import left folders for later: MAX_IMPORTING runs were open
 
     def folders(self) -> dict[Path, list[str]]:
         """Every folder under the logdir that holds event files, with their names in order."""
@@ -127,6 +129,7 @@ class Watcher:
         self.host = socket.gethostname()
         self._started = psutil.Process().create_time()
         self.flush_timeout = 10.0  # at exit: how long to wait for the agent to acknowledge what was sent
+        self._unconfirmed = 0  # imported runs whose end the agent did not confirm
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -135,8 +138,8 @@ class Watcher:
         try:
             while not stop.is_set():
                 busy = self.poll()
-                if self.once and self.done():
-                    return self._finish_all()
+                if self.once and self._finish_done():
+                    return self._exit_status()
                 if not busy:
                     stop.wait(POLL_S)
             return 0
@@ -165,42 +168,46 @@ class Watcher:
                 read = read or bool(records)
         return read
 
-    def done(self) -> bool:
-        """Everything read to the end of its files and acknowledged."""
+    def _finish_done(self) -> bool:
+        """Import: end every run read to the end of its files and acknowledged; True once all are."""
+        done = True
         for logdir in self.logdirs:
+            done = done and not logdir.waiting
             for run in logdir.runs.values():
-                if run.refused:
+                if run.refused or run.finished:
                     continue
                 if not run.next_seq or run.unacked or any(t.offset < _size(t.path) and not (t.damaged or t.torn)
                                                            for t in run.tails.values()):
-                    return False
-        return True
+                    done = False
+                    continue
+                self._finish(run)
+                logdir.dirty = True
+        return done
 
-    def _finish_all(self) -> int:
-        failed = 0
+    def _finish(self, run: WatchedRun) -> None:
+        for tail in run.tails.values():
+            if tail.torn and not tail.damaged:
+                self.say(f"{run.name}: {tail.path.name} ends in part of a record ({_size(tail.path) - tail.offset} "
+                         "bytes: its writer stopped mid-record); everything before it was imported")
+            tail.close()
+        run.finished = True
+        run.state.acked(run.outbox.stats.acked_seq)
+        if not run.outbox.close(timeout=30):
+            self.say(f"{run.name}: the agent did not confirm the end of the run")
+            self._unconfirmed += 1
+            return
+        self.say(f"imported {run.name} ({run.id}): {run.counts.points} points, {run.counts.rollouts} "
+                 f"rollout rows{', config' if run.config else ''}")
+
+    def _exit_status(self) -> int:
+        """1 if anything was not imported whole (each said as it happened), else 0."""
+        failed = self._unconfirmed
         for logdir in self.logdirs:
             if not logdir.runs and not logdir.refused and not logdir.unchanged:
                 self.say(f"no TensorBoard event files under {logdir.path}: nothing imported")
                 failed += 1
-            failed += len(logdir.refused)
-            for run in logdir.runs.values():
-                failed += run.refused
-                if run.refused:
-                    continue
-                for tail in run.tails.values():
-                    failed += tail.damaged is not None
-                    if tail.torn and not tail.damaged:
-                        torn = _size(tail.path) - tail.offset
-                        self.say(f"{run.name}: {tail.path.name} ends in part of a record ({torn} bytes: its writer "
-                                 "stopped mid-record); everything before it was imported")
-                run.finished = True
-                if not run.outbox.close(timeout=30):
-                    self.say(f"{run.name}: the agent did not confirm the end of the run")
-                    failed += 1
-                    continue
-                self.say(f"imported {run.name} ({run.id}): {run.counts.points} points, {run.counts.rollouts} "
-                         f"rollout rows{', config' if run.config else ''}")
-            logdir.state.save()
+            failed += len(logdir.refused) + sum(r.refused for r in logdir.runs.values())
+            failed += sum(t.damaged is not None for r in logdir.runs.values() for t in r.tails.values())
         return 1 if failed else 0
 
     def close(self, timeout: float = 10.0) -> None:
@@ -223,9 +230,14 @@ class Watcher:
 
     def _discover(self, logdir: Logdir) -> None:
         known: set[str] | None = None  # the agent's runs, asked once per pass that finds a new folder
+        logdir.waiting = False
         for folder, files in logdir.folders().items():
             if folder in logdir.runs or folder in logdir.refused or folder in logdir.unchanged:
                 continue
+            if self.once and sum(not r.refused and not r.finished for d in self.logdirs
+                                 for r in d.runs.values()) >= MAX_IMPORTING:
+                logdir.waiting = True
+                return
             rel = folder.relative_to(logdir.path).as_posix()
             run_id = "tb-" + hashlib.sha256(f"{self.host}:{folder}".encode()).hexdigest()[:16]
             try:
