@@ -266,9 +266,8 @@ class Watcher:
             hello = {"run": run_id, "rank": 0, "session": SESSION, "project": logdir.project, "name": name,
                      "config": {}, "host": self.host, "pid": os.getpid(), "pid_started": self._started,
                      "created": _created(folder, files), "watched": "tensorboard"}
-            logdir.runs[folder] = WatchedRun(run_id, name, folder, Outbox(self.agent, hello, keys=self.keys, flush_interval=SEND_EVERY_S),
-                                             state,
-                                             Summaries(state.plugins))
+            outbox = Outbox(self.agent, hello, keys=self.keys, flush_interval=SEND_EVERY_S)
+            logdir.runs[folder] = WatchedRun(run_id, name, folder, outbox, state, Summaries(state.plugins))
             self.say(f"{'importing' if self.once else 'watching'} {name} ({run_id}) from {folder}")
 
     def _agent_runs(self) -> set[str]:
