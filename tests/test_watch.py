@@ -119,17 +119,17 @@ def test_live_writers_restarted_watcher_every_point_exact(agent_proc, tmp_path):
         write(tmp_path, "torch", logdir / "grpo" / "lr3e-6", 0, 199, text_at=5, hparams=True)
         write(tmp_path, "tbx", logdir / "tbx", 0, 149, text_at=9, hparams=True)
         # a new folder and its points arrive while the watcher runs (it polls every 0.2 s)
-        wait_until(lambda: points(client, "grpo/lr3e-6") == 401 and points(client, "tbx") == 300, timeout=15,
+        wait_until(lambda: points(client, "grpo/lr3e-6") == 401 and points(client, "tbx") == 300, timeout=30,
                    what="both writers' points")
         os.kill(watcher.pid, signal.SIGKILL)  # mid-stream, no goodbye
         watcher.wait()
         # the writer restarts: a new event file in the same folder continues the run
         write(tmp_path, "tbx", logdir / "grpo" / "lr3e-6", 200, 299)
         watcher = watch(tmp_path, agent_proc.url, logdir)
-        wait_until(lambda: points(client, "grpo/lr3e-6") == 601, timeout=15, what="the restarted writer's points")
+        wait_until(lambda: points(client, "grpo/lr3e-6") == 601, timeout=30, what="the restarted writer's points")
     finally:
         watcher.terminate()
-        assert watcher.wait(timeout=20) == 0, (tmp_path / "watch.log").read_text()
+        assert watcher.wait(timeout=30) == 0, (tmp_path / "watch.log").read_text()
     run = run_of(client, "grpo/lr3e-6")
     assert run["kind"] == "watched" and run["project"] == "tb" and run["attempts"] == 1
     assert not run_events(client, run["id"], "resumed")  # a restarted watcher is not a resume of the run
@@ -172,7 +172,7 @@ def test_torn_records_are_retried_and_a_killed_writer_restarts(agent_proc, tmp_p
     client = agent_proc.client()
     try:
         # record 0 is the file version; records 1..30 are 15 steps of two scalars
-        wait_until(lambda: points(client, "torn") == 30, timeout=15, what="the whole records")
+        wait_until(lambda: points(client, "torn") == 30, timeout=30, what="the whole records")
         with open(target, "r+b") as f:  # the record lands with its size first, its data still zeros
             f.seek(cut)
             f.write(data[cut:ends[31]].replace(data[ends[30] + 12:ends[31] - 4], bytes(ends[31] - 4 - ends[30] - 12)))
@@ -181,20 +181,20 @@ def test_torn_records_are_retried_and_a_killed_writer_restarts(agent_proc, tmp_p
         with open(target, "r+b") as f:
             f.seek(ends[30])
             f.write(data[ends[30]:])
-        wait_until(lambda: points(client, "torn") == 100, timeout=15, what="the rest, once written")
+        wait_until(lambda: points(client, "torn") == 100, timeout=30, what="the rest, once written")
 
         killed = write(tmp_path, "torch", logdir / "killed", 0, 100_000, every=10, wait=False)
         assert int(killed.stdout.readline()) >= 0
-        wait_until(lambda: points(client, "killed") > 100, timeout=20, what="the killed writer's first points")
+        wait_until(lambda: points(client, "killed") > 100, timeout=30, what="the killed writer's first points")
         killed.kill()  # SIGKILL mid-write: its file may end in part of a record
         killed.wait()
         write(tmp_path, "tbx", logdir / "killed", 200_000, 200_049)  # restarted, another library, same folder
         want = file_points(logdir / "killed")
-        wait_until(lambda: points(client, "killed") == sum(map(len, want.values())), timeout=20,
+        wait_until(lambda: points(client, "killed") == sum(map(len, want.values())), timeout=30,
                    what="every whole record of both writers")
     finally:
         watcher.terminate()
-        assert watcher.wait(timeout=20) == 0, (tmp_path / "watch.log").read_text()
+        assert watcher.wait(timeout=30) == 0, (tmp_path / "watch.log").read_text()
     assert_series(client, run_of(client, "torn")["id"], "loss", expected_loss(range(50)))
     run = run_of(client, "killed")
     for metric, rows in want.items():
@@ -253,7 +253,7 @@ def test_agent_watch_runs_the_watcher_in_the_agent(tmp_path):
         del os.environ["PILOTHOUSE_DATA"]
     try:
         client = proc.client()
-        wait_until(lambda: points(client, "r") == 60, timeout=15, what="the logdir's points")
+        wait_until(lambda: points(client, "r") == 60, timeout=30, what="the logdir's points")
         assert_series(client, run_of(client, "r")["id"], "loss", expected_loss(range(30)))
     finally:
         proc.stop()
@@ -320,7 +320,7 @@ def test_a_lost_acknowledgement_is_neither_sent_again_nor_missed(agent_proc, tmp
         stop = threading.Event()
         thread = threading.Thread(target=watcher.run, args=(stop,))
         thread.start()
-        wait_until(lambda: points(client, "r") >= want, timeout=15, what=f"{want} points")
+        wait_until(lambda: points(client, "r") >= want, timeout=30, what=f"{want} points")
         stop.set()
         thread.join(timeout=20)
 
