@@ -257,6 +257,9 @@ def test_agent_watch_runs_the_watcher_in_the_agent(tmp_path):
         assert_series(client, run_of(client, "r")["id"], "loss", expected_loss(range(30)))
     finally:
         proc.stop()
+    assert proc.proc.returncode == 0, proc.log.read_text()[-2000:]
+    (state,) = (env_data / "watch").glob("*.json")  # what the agent acknowledged, kept for its next start
+    assert json.loads(state.read_text())["runs"]
     bad = run_cli("agent", "--bind", f"tcp://127.0.0.1:{free_port()}", "--data", str(tmp_path / "a2"),
                   "--watch", str(tmp_path / "nowhere"))
     assert bad.returncode == 2 and "does not exist" in bad.stderr and not (tmp_path / "a2").exists()
