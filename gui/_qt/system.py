@@ -165,6 +165,8 @@ class SystemPanel(QWidget):
             self.hosts = {(r["agent"], r["id"]): r.get("host") or r["id"] for r in runs}
             for agent in self.seen:
                 self.grid.note_runs(agent, store.runs(agent))
+            if self.chosen not in self.hosts:
+                self.chosen = min(self.hosts, key=self._order, default=None)
             for key, host in self.hosts.items():
                 node = self._section(key) if not self.many or key == self.chosen else None
                 for metric in store.metrics(*key):
@@ -226,6 +228,9 @@ class SystemPanel(QWidget):
                     node.append(metric, times, vals)
         self._layout_nodes()
 
+    def _order(self, key: RunKey) -> tuple:
+        return natural(self.hosts[key]), key
+
     def _section(self, key: RunKey) -> NodeSection:
         node = self.nodes.get(key)
         if node is None:
@@ -242,8 +247,8 @@ class SystemPanel(QWidget):
             if self.chosen is None or self.chosen not in self.nodes:
                 self.chosen = next(iter(self.nodes), None)
             self.choice.clear()
-            for key, host in sorted(self.hosts.items(), key=lambda kv: (natural(kv[1]), kv[0])):
-                self.choice.addItem(f"{host}  ({key[0]})", key)
+            for key in sorted(self.hosts, key=self._order):
+                self.choice.addItem(f"{self.hosts[key]}  ({key[0]})", key)
             if self.chosen is not None:
                 self.choice.setCurrentIndex(self.choice.findData(self.chosen))
             self.grid_dirty = True
