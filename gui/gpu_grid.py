@@ -45,6 +45,10 @@ SHOWN = (UTILIZATION, MEMORY, POWER_DRAW, TEMPERATURE)
 
 IDLE, HOT, MISSING, MEM_FULL = "idle", "hot", "missing", "memory full"
 
+_MISSING_BIT, _HOT_BIT, _FULL_BIT, _IDLE_BIT = 1, 2, 4, 8
+_FLAG_SETS = [frozenset(f for bit, f in ((1, MISSING), (2, HOT), (4, MEM_FULL), (8, IDLE)) if bits & bit)
+              for bits in range(16)]
+
 MAX_GPUS = 64  # per node: a malformed metric name cannot make a row of a million cells
 _GPU_METRIC = re.compile(r"gpu(\d{1,3})/(\w+)")
 
@@ -92,9 +96,11 @@ class Ring:
 @dataclass
 class _Gpu:
     rings: dict[str, Ring] = field(default_factory=dict)
+    latest: dict[str, float] = field(default_factory=lambda: dict.fromkeys(READINGS, math.nan))
     heard: float = -math.inf
     low_since: float | None = None  # sample time of the first reading of the current low-utilization streak
     last_util_t: float = -math.inf
+    cell: Cell | None = None  # as last shown; made again on a new reading or when its flags change
 
 
 @dataclass
@@ -112,7 +118,7 @@ class Cell:
     gpu: int
     readings: dict[str, float]  # reading -> latest value (NaN where none came yet)
     flags: frozenset[str]
-    silent: float  # seconds since its last reading
+    heard: float  # when its last reading arrived
 
     def value(self, shown: str) -> float:
         """The number a cell is colored by: utilization %, memory used %, power W or temperature °C."""
@@ -121,7 +127,7 @@ class Cell:
             return 100.0 * used / total if total > 0 else math.nan
         return self.readings[{UTILIZATION: UTIL, POWER_DRAW: POWER, TEMPERATURE: TEMP}[shown]]
 
-    def tooltip(self) -> str:
+    def tooltip(self, now: float | None = None) -> str:
         """The exact values and why the cell stands out, one per line."""
         r = self.readings
         lines = [f"{self.host}  gpu{self.gpu}",
@@ -133,7 +139,8 @@ class Cell:
         if r[THROTTLE] > 0:
             lines.append(f"throttling (reasons 0x{int(r[THROTTLE]):x})")
         lines += [f"⚠ {flag}" for flag in sorted(self.flags)]
-        lines.append(f"last reading {self.silent:.0f} s ago")
+        silent = (time.time() if now is None else now) - self.heard
+        lines.append(f"last reading {max(0.0, silent):.0f} s ago")
         return "\n".join(lines)
 
 
@@ -197,6 +204,8 @@ class GpuGrid:
         if ring is None:
             ring = gpu.rings[reading] = Ring(self.history)
         ring.extend(times, vals)
+        gpu.latest[reading] = ring.last()
+        gpu.cell = None
         gpu.heard = max(gpu.heard, float(times[-1]) if heard is None else heard)
         if reading == UTIL:
             self._track_low(gpu, times, vals)
@@ -233,12 +242,15 @@ class GpuGrid:
         self._busy.discard(agent)
 
     def cell(self, node: NodeKey, gpu: int, now: float | None = None) -> Cell:
-        """One GPU as shown now (KeyError for one never seen)."""
+        """One GPU as shown now (KeyError for one never seen); the same object until it changes, so a
+        refresh of 512 GPUs allocates only for those that did."""
         now = time.time() if now is None else now
         entry = self._nodes[node]
         g = entry.gpus[gpu]
-        readings = {name: (g.rings[name].last() if name in g.rings else math.nan) for name in READINGS}
-        return Cell(node, entry.host, gpu, readings, self._flags(node, g, readings, now), max(0.0, now - g.heard))
+        flags = self._flags(node, g, g.latest, now)
+        if g.cell is None or g.cell.flags is not flags:
+            g.cell = Cell(node, entry.host, gpu, dict(g.latest), flags, g.heard)
+        return g.cell
 
     def rows(self, now: float | None = None) -> list[tuple[NodeKey, str, list[Cell]]]:
         """(node, host, its GPUs by index) for every node with GPUs, as ``nodes()`` orders them."""
@@ -247,18 +259,17 @@ class GpuGrid:
                 for key in self.nodes()]
 
     def _flags(self, node: NodeKey, gpu: _Gpu, r: dict[str, float], now: float) -> frozenset[str]:
+        """One of the shared ``_FLAG_SETS`` (compared by identity in ``cell``)."""
         limits = self.thresholds
         if now - gpu.heard > limits.missing_after:
-            return frozenset({MISSING})  # its last readings are stale: nothing else is claimed
-        flags = set()
-        if math.isfinite(r[TEMP]) and r[TEMP] >= limits.hot_temp or math.isfinite(r[THROTTLE]) and r[THROTTLE] > 0:
-            flags.add(HOT)
-        if math.isfinite(r[MEM_USED]) and math.isfinite(r[MEM_TOTAL]) and r[MEM_TOTAL] > 0 \
-                and r[MEM_USED] >= limits.mem_full * r[MEM_TOTAL]:
-            flags.add(MEM_FULL)
-        if node[0] in self._busy and gpu.low_since is not None and gpu.last_util_t - gpu.low_since >= limits.idle_after:
-            flags.add(IDLE)
-        return frozenset(flags)
+            return _FLAG_SETS[_MISSING_BIT]  # its last readings are stale: nothing else is claimed
+        # comparisons with NaN are False: an unknown reading raises no flag (an infinite one is no reading)
+        hot = math.isfinite(r[TEMP]) and r[TEMP] >= limits.hot_temp or math.isfinite(r[THROTTLE]) and r[THROTTLE] > 0
+        full = math.isfinite(r[MEM_USED]) and math.isfinite(r[MEM_TOTAL]) and r[MEM_TOTAL] > 0 \
+            and r[MEM_USED] >= limits.mem_full * r[MEM_TOTAL]
+        idle = node[0] in self._busy and gpu.low_since is not None \
+            and gpu.last_util_t - gpu.low_since >= limits.idle_after
+        return _FLAG_SETS[hot * _HOT_BIT | full * _FULL_BIT | idle * _IDLE_BIT]
 
     def series(self, node: NodeKey, gpu: int, shown: str) -> tuple[np.ndarray, np.ndarray]:
         """(sample times, values) of one GPU's history of a shown metric (memory as % of the total)."""

@@ -196,10 +196,14 @@ def test_a_silent_node_goes_missing_and_a_gpu_count_that_changes():
     sample(grid, 106.0, gpus=2, node=other)
     rows = grid.rows(now=106)
     assert all(c.flags == {MISSING} for c in rows[0][2])  # stale readings claim nothing but "missing"
-    assert all(c.flags == frozenset() for c in rows[1][2]) and rows[1][2][0].silent == 0
+    assert all(c.flags == frozenset() for c in rows[1][2]) and rows[1][2][0].heard == 106
     sample(grid, 107.0, gpus=4)  # node-a's agent came back seeing 4 of its 8 GPUs
-    flags = [c.flags for c in grid.rows(now=108)[0][2]]
-    assert flags == [frozenset()] * 4 + [{MISSING}] * 4
+    cells = grid.rows(now=108)[0][2]
+    assert [c.flags for c in cells] == [frozenset()] * 4 + [{MISSING}] * 4
+    assert "last reading 8 s ago" in cells[7].tooltip(now=108)
+    assert grid.cell(NODE, 0, now=109) is cells[0]  # unchanged: the same cell, nothing allocated
+    sample(grid, 108.5, gpus=1)
+    assert grid.cell(NODE, 0, now=109) is not cells[0] and grid.cell(NODE, 0, now=109).readings["util"] == 50
     sample(grid, 109.0, gpus=9)  # and later one more than before: a new cell
     assert len(grid.rows(now=109)[0][2]) == 9
     grid.forget(other[0])

@@ -36,11 +36,12 @@ _LUT = [QColor(*map(int, rgb[:3])) for rgb in pg.colormap.get("viridis").getLook
 
 
 def scale_of(shown: str, cells: list[Cell]) -> tuple[float, float]:
-    """The value range the colors span: fixed for %, and 0 to the highest power drawn for power."""
+    """The value range the colors span: fixed for %, and for power 0 to the highest power drawn, rounded
+    up to 100 W (a scale that moved with every reading would repaint the whole grid each time)."""
     if shown in FIXED_SCALE:
         return FIXED_SCALE[shown]
     finite = [v for v in (c.value(shown) for c in cells) if math.isfinite(v)]
-    return 0.0, max(finite + [1.0])
+    return 0.0, 100.0 * max(1, math.ceil(max(finite, default=0.0) / 100.0))
 
 
 def draw_marks(p: QPainter, rect: QRectF, flags: frozenset[str]) -> None:
@@ -81,6 +82,8 @@ class GpuGridView(QWidget):
         self.scale = (0.0, 1.0)
         self._label_w = 60
         self._shape = (0, 0, 0)  # (label width, GPUs of the widest row, rows) the size was set for
+        self._hosts: tuple[str, ...] = ()
+        self._elided: list[str] = []  # the host names as drawn
         self.setMouseTracking(True)
         self.setSizePolicy(self.sizePolicy().horizontalPolicy(), self.sizePolicy().Policy.Fixed)
 
@@ -89,21 +92,35 @@ class GpuGridView(QWidget):
             raise ValueError(f"unknown metric {shown!r}: one of {', '.join(SHOWN)}")
         self.shown = shown
         self.refresh()
+        self.update()  # every cell's color changes, the cells themselves do not
 
     def refresh(self, now: float | None = None) -> None:
-        """Read the model (the latest readings, flags as of ``now``) and repaint once."""
+        """Read the model (the latest readings, flags as of ``now``) and repaint the rows that changed:
+        the model hands back the same cell object for a GPU that did not."""
+        before = {key: cells for key, _, cells in self.rows}
         self.rows = self.model.rows(now)
         cells = [c for _, _, row in self.rows for c in row]
-        self.scale = scale_of(self.shown, cells)
-        metrics = QFontMetrics(self.font())
-        label_w = min(LABEL_MAX, max((metrics.horizontalAdvance(h) for _, h, _ in self.rows), default=40) + 10)
-        shape = (label_w, max((c.gpu + 1 for c in cells), default=0), len(self.rows))
+        scale = scale_of(self.shown, cells)
+        hosts = tuple(h for _, h, _ in self.rows)
+        whole = scale != self.scale or hosts != self._hosts
+        self.scale = scale
+        if hosts != self._hosts:  # host names are measured and elided once, not per paint
+            self._hosts = hosts
+            metrics = QFontMetrics(self.font())
+            self._label_w = min(LABEL_MAX, max((metrics.horizontalAdvance(h) for h in hosts), default=40) + 10)
+            self._elided = [metrics.elidedText(h, Qt.TextElideMode.ElideMiddle, self._label_w - 6) for h in hosts]
+        shape = (self._label_w, max((c.gpu + 1 for c in cells), default=0), len(self.rows))
         if shape != self._shape:
             self._shape = shape
-            self._label_w = label_w
             self.setFixedHeight(LEGEND_H + len(self.rows) * (CELL_H + GAP) + GAP)
-            self.setMinimumWidth(max(label_w + shape[1] * (CELL_W + GAP), 620))
-        self.update()
+            self.setMinimumWidth(max(self._label_w + shape[1] * (CELL_W + GAP), 620))
+        if whole:
+            self.update()
+            return
+        for i, (key, _, row) in enumerate(self.rows):
+            old = before.get(key)
+            if old is None or len(old) != len(row) or any(a is not b for a, b in zip(old, row)):
+                self.update(0, LEGEND_H + i * (CELL_H + GAP) - GAP, self.width(), CELL_H + 2 * GAP)
 
     # --- geometry ----------------------------------------------------------------------------
 
@@ -130,14 +147,17 @@ class GpuGridView(QWidget):
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         text = self.palette().color(QPalette.ColorRole.WindowText)
-        self._paint_legend(p, text)
-        metrics = QFontMetrics(self.font())
+        if event.rect().top() < LEGEND_H:
+            self._paint_legend(p, text)
         hatch = QBrush(MARK_EDGE, Qt.BrushStyle.BDiagPattern)
-        for i, (_, host, cells) in enumerate(self.rows):
+        exposed = event.rect()
+        first = max(0, (exposed.top() - LEGEND_H) // (CELL_H + GAP))
+        last = min(len(self.rows), (exposed.bottom() - LEGEND_H) // (CELL_H + GAP) + 1)
+        for i in range(first, last):  # only the rows Qt asks for: a refresh repaints the rows that changed
+            cells = self.rows[i][2]
             top = LEGEND_H + i * (CELL_H + GAP)
             p.setPen(text)
-            p.drawText(QRect(0, int(top), self._label_w - 6, CELL_H), Qt.AlignmentFlag.AlignVCenter,
-                       metrics.elidedText(host, Qt.TextElideMode.ElideMiddle, self._label_w - 6))
+            p.drawText(QRect(0, int(top), self._label_w - 6, CELL_H), Qt.AlignmentFlag.AlignVCenter, self._elided[i])
             for cell in cells:
                 rect = self.cell_rect(i, cell.gpu)
                 value = cell.value(self.shown)
