@@ -164,7 +164,7 @@ def test_several_nodes_from_real_agents_show_the_grid_and_a_click_opens_that_nod
         row = next(i for i, (key, _, _) in enumerate(view.rows) if key[0] == agents[1].url)
         qtbot.mouseClick(view, Qt.MouseButton.LeftButton, pos=center(view, row, 1))
         key_b = view.rows[row][0]
-        assert list(panel.nodes) == [key_b] and panel.choice.currentData() == key_b  # b's charts replace a's
+        assert list(panel.nodes) == [key_b] and panel.choice_keys[panel.choice.currentIndex()] == key_b  # b's charts replace a's
         assert set(panel.nodes[key_b].charts["GPU temperature (°C)"].curves) == {"gpu0", "gpu1", "gpu2"}
         xs, ys = panel.grid_panel.curve.getData()
         assert len(xs) >= 2 and set(ys.tolist()) == {41.0}  # the fake's gpu1 utilization, every reading

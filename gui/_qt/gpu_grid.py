@@ -22,6 +22,8 @@ from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
 from ..gpu_grid import HOT, IDLE, MEM_FULL, MISSING, POWER_DRAW, SHOWN, TEMPERATURE, Cell, GpuGrid, NodeKey
+from ..palette import PALETTE
+from .theme import current, is_restyle
 
 CELL_W, CELL_H, GAP = 26, 18, 2
 LABEL_MAX = 180  # px for a host name; longer ones are elided
@@ -240,22 +242,39 @@ class GpuGridPanel(QWidget):
         bar.addWidget(self.metric)
         scroll = QScrollArea(widgetResizable=True)
         scroll.setWidget(self.view)
-        scroll.setMaximumHeight(GRID_MAX_H)
         self.scroll = scroll
         self.history = pg.PlotWidget(axisItems={"bottom": pg.DateAxisItem()})
         self.history.setFixedHeight(170)
         self.history.hide()  # until a GPU is clicked
-        self.curve = self.history.plot([], [])
+        self.curve = self.history.plot([], [], pen=pg.mkPen(PALETTE[0], width=1.5))
+        self.restyle()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(bar)
         layout.addWidget(scroll)
         layout.addWidget(self.history)
+        layout.addStretch()
         self.view.selected.connect(self._on_selected)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        if is_restyle(event):
+            self.restyle()
+        super().changeEvent(event)
+
+    def restyle(self) -> None:
+        """The history chart in the theme's chart colors (the grid reads the palette as it paints)."""
+        theme = current()
+        self.history.setBackground(theme.chart_bg)
+        for name in ("left", "bottom"):
+            axis = self.history.getPlotItem().getAxis(name)
+            axis.setPen(theme.chart_fg)
+            axis.setTextPen(theme.chart_fg)
+        self.history.getPlotItem().titleLabel.setAttr("color", theme.chart_fg)
 
     def refresh(self, now: float | None = None) -> None:
         """Repaint the grid and the selected GPU's history from the model (the coalescing timer calls it)."""
         self.view.refresh(now)
+        self.scroll.setFixedHeight(min(GRID_MAX_H, self.view.height() + 2 * self.scroll.frameWidth()))
         cells = [c for _, _, row in self.view.rows for c in row]
         flagged = {flag: sum(flag in c.flags for c in cells) for flag in (MISSING, HOT, IDLE, MEM_FULL)}
         self.title.setText(f"{len(cells)} GPUs on {len(self.view.rows)} nodes" + "".join(

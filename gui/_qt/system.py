@@ -66,6 +66,7 @@ class NodeSection(QGroupBox):
     def __init__(self, key: RunKey, host: str) -> None:
         super().__init__(f"{host}  ({key[0]})")
         self.charts: dict[str, ChartWidget] = {}
+        self.floor = 0  # journal id up to which its history was read from the store: live entries start above
         self.no_gpu = QLabel(NO_GPU)
         self.grid = QGridLayout()
         layout = QVBoxLayout(self)
@@ -122,7 +123,8 @@ class SystemPanel(QWidget):
         self._painted = 0.0  # monotonic time of the grid's last repaint
         self.chosen: RunKey | None = None  # with several nodes: the one whose charts are shown
         self.choice = QComboBox()
-        self.choice.activated.connect(lambda i: self.open_node(self.choice.itemData(i)))
+        self.choice_keys: list[RunKey] = []  # the chooser's nodes, in its order
+        self.choice.activated.connect(lambda i: self.open_node(self.choice_keys[i]))
         self.choice_row = QWidget()
         row = QHBoxLayout(self.choice_row)
         row.setContentsMargins(0, 0, 0, 0)
@@ -195,7 +197,7 @@ class SystemPanel(QWidget):
             node = self.nodes.get(key)
             if node is None and not self.many:
                 node = self._section(key)
-            if node is not None:
+            if node is not None and e.id > node.floor:
                 node.append(e.metric, times, vals)
         if len(self.hosts) != count:
             self._layout_nodes()
@@ -219,10 +221,13 @@ class SystemPanel(QWidget):
             return
         self.chosen = key
         for old in [k for k in self.nodes if k != key]:
-            self.nodes.pop(old).deleteLater()
+            section = self.nodes.pop(old)
+            section.setParent(None)  # gone from the column now, not at the event loop's next turn
+            section.deleteLater()
         node = self._section(key)
         if self.store is not None:
             with self.store.snapshot():
+                node.floor = self.store.cursor(key[0])
                 for metric in self.store.metrics(*key):
                     _, vals, times = self.store.series(*key, metric)
                     node.append(metric, times, vals)
@@ -247,8 +252,8 @@ class SystemPanel(QWidget):
             if self.chosen is None or self.chosen not in self.nodes:
                 self.chosen = next(iter(self.nodes), None)
             self.choice.clear()
-            for key in sorted(self.hosts, key=self._order):
-                self.choice.addItem(f"{self.hosts[key]}  ({key[0]})", key)
+            self.choice_keys = sorted(self.hosts, key=self._order)
+            self.choice.addItems([f"{self.hosts[key]}  ({key[0]})" for key in self.choice_keys])
             if self.chosen is not None:
-                self.choice.setCurrentIndex(self.choice.findData(self.chosen))
+                self.choice.setCurrentIndex(self.choice_keys.index(self.chosen))
             self.grid_dirty = True
