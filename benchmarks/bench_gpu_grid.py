@@ -15,7 +15,8 @@ Every peer is fed through the same plain model (``pilothouse.gui.gpu_grid.GpuGri
                (style sheet color + tooltip) each frame: the naive widget-per-GPU grid
 
 Like the app (``SystemPanel.redraw``), each peer repaints in a frame where readings arrived; (a)
-also once a second without any (a silent node turns missing by the clock).
+also once a second without any (a silent node turns missing by the clock).  "switch metric": the
+median time to recolor all 512 cells for another metric and paint them, (a) and (b).
   (c) image    a pyqtgraph ImageItem heat map of the 64 x 8 values (no labels, no marks): a floor
 
     QT_QPA_PLATFORM=offscreen python benchmarks/bench_gpu_grid.py [--nodes 64] [--gpus 8] [--seconds 20]
@@ -37,7 +38,7 @@ from bench_chart import PaintCounter  # noqa: E402
 from PySide6 import QtWidgets  # noqa: E402
 
 from pilothouse.gui._qt.gpu_grid import GpuGridView  # noqa: E402
-from pilothouse.gui.gpu_grid import UTILIZATION, GpuGrid  # noqa: E402
+from pilothouse.gui.gpu_grid import SHOWN, UTILIZATION, GpuGrid  # noqa: E402
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX  # noqa: E402
 
 FRAME = 0.030  # s of simulated time per frame: the app's redraw timer
@@ -100,6 +101,27 @@ def run_frames(widgets: list[QtWidgets.QWidget], frame, frames: int) -> list[flo
     return times
 
 
+def time_switches(widgets: list[QtWidgets.QWidget], switch, rounds: int = 5) -> float:
+    """Median ms to recolor every cell for another metric and paint (the selector's change)."""
+    app = QtWidgets.QApplication.instance()
+    painted = PaintCounter()
+    for widget in widgets:
+        widget.installEventFilter(painted)
+    times = []
+    for _ in range(rounds):
+        for shown in SHOWN[1:] + SHOWN[:1]:
+            before = painted.count
+            t0 = time.perf_counter()
+            switch(shown)
+            app.processEvents()
+            times.append(time.perf_counter() - t0)
+            if painted.count == before:
+                raise RuntimeError("a switch was not painted")
+    for widget in widgets:
+        widget.removeEventFilter(painted)
+    return 1000 * median(times)
+
+
 def busy_grid(feed: Feed) -> GpuGrid:
     grid = GpuGrid()
     for url, _ in feed.keys:
@@ -123,6 +145,7 @@ def bench_app(nodes: int, gpus: int, frames: int) -> tuple[list[float], dict]:
         return False
 
     times = run_frames([view], frame, frames)
+    switches = time_switches([view], lambda shown: view.set_shown(shown))
     flags = {}
     for _, _, cells in view.rows:
         for c in cells:
@@ -131,7 +154,7 @@ def bench_app(nodes: int, gpus: int, frames: int) -> tuple[list[float], dict]:
     size = (view.width(), view.height())
     view.close()
     view.deleteLater()
-    return times, {"flags": flags, "size": size, "entries": feed.entries}
+    return times, {"flags": flags, "size": size, "entries": feed.entries, "switch_ms": switches}
 
 
 def bench_widgets(nodes: int, gpus: int, frames: int) -> tuple[list[float], dict]:
@@ -161,9 +184,19 @@ def bench_widgets(nodes: int, gpus: int, frames: int) -> tuple[list[float], dict
         return bool(due)
 
     times = run_frames(list(cells.values()), frame, frames)
+    now = T0 + (WARMUP + frames) * FRAME
+
+    def switch(shown: str) -> None:
+        view.set_shown(shown)  # its color scale
+        for (i, g), label in cells.items():
+            cell = grid.cell(feed.keys[i], g, now=now)
+            label.setStyleSheet(f"background: {view.color(cell.value(shown)).name()}; "
+                                f"border: {'2px solid white' if cell.flags else 'none'}")
+
+    switches = time_switches(list(cells.values()), switch)
     host.close()
     host.deleteLater()
-    return times, {"widgets": len(cells) + nodes}
+    return times, {"widgets": len(cells) + nodes, "switch_ms": switches}
 
 
 def bench_image(nodes: int, gpus: int, frames: int) -> tuple[list[float], dict]:
@@ -217,16 +250,18 @@ def main(argv: list[str] | None = None) -> dict:
         results[label] = {**summary(times), **extra}
         print(f"{label}: median {results[label]['ms_median']:.2f} ms, p99 {results[label]['ms_p99']:.2f} ms",
               flush=True)
-    rows = [[label, f"{r['ms_median']:.2f}", f"{r['ms_p99']:.2f}", f"{r['ms_max']:.1f}", r["frames"]]
-            for label, r in results.items()]
+    rows = [[label, f"{r['ms_median']:.2f}", f"{r['ms_p99']:.2f}", f"{r['ms_max']:.1f}", r["frames"],
+             f"{r['switch_ms']:.1f}" if "switch_ms" in r else "-"] for label, r in results.items()]
     print()
-    print(table(["case", "ms median", "ms p99", "ms max", "frames"], rows))
+    print(table(["case", "ms median", "ms p99", "ms max", "frames", "switch metric ms"], rows))
     app = results["(a) app GpuGridView, one paint"]
-    ratios = {"widgets_vs_app_median": results["(b) a QLabel per GPU"]["ms_median"] / app["ms_median"],
+    ratios = {"widgets_vs_app_switch": results["(b) a QLabel per GPU"]["switch_ms"] / app["switch_ms"],
+              "widgets_vs_app_median": results["(b) a QLabel per GPU"]["ms_median"] / app["ms_median"],
               "widgets_vs_app_p99": results["(b) a QLabel per GPU"]["ms_p99"] / app["ms_p99"],
               "image_vs_app_median": results["(c) pyqtgraph ImageItem, no marks"]["ms_median"] / app["ms_median"]}
     print(f"\nQLabel per GPU / app: {ratios['widgets_vs_app_median']:.1f}x median, "
-          f"{ratios['widgets_vs_app_p99']:.1f}x p99; ImageItem / app: {ratios['image_vs_app_median']:.2f}x median")
+          f"{ratios['widgets_vs_app_p99']:.1f}x p99, {ratios['widgets_vs_app_switch']:.1f}x to switch the metric; "
+          f"ImageItem / app: {ratios['image_vs_app_median']:.2f}x median")
     print(f"{args.nodes} nodes x {args.gpus} GPUs, {app['entries']:,} entries fed to (a) over {frames} frames of "
           f"{FRAME * 1000:.0f} ms simulated time; (a) grid {app['size'][0]}x{app['size'][1]} px; "
           f"flags at the end: {app['flags']}")

@@ -58,7 +58,7 @@ def draw_marks(p: QPainter, rect: QRectF, flags: frozenset[str]) -> None:
         return
     if HOT in flags:
         r = rect.topRight()
-        p.drawPolygon(QPolygonF([r + QPointF(-10, 0), r, r + QPointF(0, 10)]))
+        p.drawPolygon(QPolygonF([r + QPointF(-13, 0), r, r + QPointF(0, 13)]))
     if IDLE in flags:
         p.setBrush(Qt.BrushStyle.NoBrush)
         for pen in (QPen(MARK_EDGE, 4), QPen(MARK_FILL, 2)):
@@ -90,11 +90,12 @@ class GpuGridView(QWidget):
         self.setSizePolicy(self.sizePolicy().horizontalPolicy(), self.sizePolicy().Policy.Fixed)
 
     def set_shown(self, shown: str) -> None:
+        """Color by another metric: the cells shown are recolored (the next ``refresh`` reads the model)."""
         if shown not in SHOWN:
             raise ValueError(f"unknown metric {shown!r}: one of {', '.join(SHOWN)}")
         self.shown = shown
-        self.refresh()
-        self.update()  # every cell's color changes, the cells themselves do not
+        self.scale = scale_of(shown, [c for _, _, row in self.rows for c in row])
+        self.update()
 
     def refresh(self, now: float | None = None) -> None:
         """Read the model (the latest readings, flags as of ``now``) and repaint the rows that changed:
