@@ -31,6 +31,7 @@ from pilothouse.gui.gpu_grid import (
     Thresholds,
     gpu_reading,
 )
+from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.network import AgentLink
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX
 from pilothouse.wire.entries import KIND_METRIC, entry_points
@@ -114,6 +115,13 @@ def test_two_real_agents_idle_hot_full_then_a_lost_gpu_and_a_node_gone(tmp_path,
         wait_until(lambda: feed(grid, batches) or flags_of(grid, b.url) == {0: {MISSING}, 1: {MISSING}},
                    timeout=15, what="every GPU of b missing")
         assert flags_of(grid, a.url) == {0: frozenset(), 1: {IDLE}, 2: {HOT}, 3: {MEM_FULL}}  # a is unaffected
+
+        links[0].stop()
+        store = LocalStore(tmp_path / "app-0.sqlite")  # what a's link wrote: the tail is the series' end
+        _, whole, whole_t = store.series(*key_a, "gpu2/temp_c")
+        _, tail, tail_t = store.series_tail(*key_a, "gpu2/temp_c", 3)
+        assert len(whole) > 3 and tail.tolist() == whole[-3:].tolist() and tail_t.tolist() == whole_t[-3:].tolist()
+        store.close()
     finally:
         trainer.kill()
         trainer.wait()

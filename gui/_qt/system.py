@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX
 from pilothouse.wire.entries import KIND_METRIC, Entry, entry_points
 
-from ..gpu_grid import GpuGrid, natural
+from ..gpu_grid import GpuGrid, gpu_reading, natural
 from ..local_store import LocalStore
 from ..models import RunKey
 from ..palette import PALETTE
@@ -172,10 +172,14 @@ class SystemPanel(QWidget):
             for key, host in self.hosts.items():
                 node = self._section(key) if not self.many or key == self.chosen else None
                 for metric in store.metrics(*key):
-                    _, vals, times = store.series(*key, metric)
-                    self.grid.add(key, metric, times, vals, host=host)
-                    if node is not None:
+                    if node is not None:  # its charts: every point
+                        _, vals, times = store.series(*key, metric)
                         node.append(metric, times, vals)
+                    elif gpu_reading(metric) is None:
+                        continue
+                    else:  # the grid's history only: the last readings, whatever the run's length
+                        _, vals, times = store.series_tail(*key, metric, self.grid.history)
+                    self.grid.add(key, metric, times, vals, host=host)
         self.grid_dirty = True
         self._layout_nodes()
 
