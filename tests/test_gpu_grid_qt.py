@@ -182,6 +182,14 @@ def test_several_nodes_from_real_agents_show_the_grid_and_a_click_opens_that_nod
         flags = {key[0]: [c.flags for c in cells] for key, _, cells in view.rows}
         assert flags == {agents[0].url: [{MISSING}] * 2, agents[1].url: [frozenset(), {HOT}, frozenset()]}
         assert "2 missing" in panel.grid_panel.title.text()
+
+        row_a = next(i for i, (key, _, _) in enumerate(view.rows) if key[0] == agents[0].url)
+        qtbot.mouseClick(view, Qt.MouseButton.LeftButton, pos=center(view, row_a, 0))
+        assert list(panel.nodes) == [view.rows[row_a][0]]  # a gone silent: its stored charts still open
+        panel.forget(agents[0].url)  # the user stops following a: one node left, today's single-node view
+        assert list(panel.hosts) == [key_b] and list(panel.nodes) == [key_b] and not panel.many
+        assert panel.grid_panel.isHidden() and panel.choice_row.isHidden()
+        assert [key for key, _, _ in panel.grid.rows()] == [key_b]
     finally:
         for agent in agents:
             agent.stop()

@@ -534,6 +534,7 @@ class MainWindow(QMainWindow):
         if ok:
             self.links.remove(url)
             self.health.pop(url, None)
+            self.system.forget(url)
             self.alerts.set_agents([a["url"] for a in self.links.agents()])
             self._schedule()
 
@@ -608,6 +609,7 @@ class MainWindow(QMainWindow):
         for url in self.store.forget_job(run_id):
             self.links.remove(url)
             self.health.pop(url, None)
+            self.system.forget(url)
         self.alerts.set_agents(self._followed())
         self._schedule()
         return True

@@ -9,6 +9,7 @@ so no sample is drawn twice or skipped at the seam (as in the Charts tab).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -156,10 +157,7 @@ class SystemPanel(QWidget):
     def show_agents(self, store: LocalStore) -> None:
         """Rebuild from the store: every system run's history, then live appends above the cursor."""
         self.store = store
-        for node in self.nodes.values():
-            node.setParent(None)
-            node.deleteLater()
-        self.nodes = {}
+        self._drop_sections(lambda _: True)
         self.grid.clear()
         with store.snapshot():
             runs = [r for r in store.runs() if r.get("kind") == "system"]
@@ -211,6 +209,15 @@ class SystemPanel(QWidget):
         self.grid.note_runs(agent, runs)
         self.grid_dirty = True
 
+    def forget(self, agent: str) -> None:
+        """The app stopped following this agent: its node leaves the grid, the chooser and the charts."""
+        self.grid.forget(agent)
+        self.hosts = {k: h for k, h in self.hosts.items() if k[0] != agent}
+        self._drop_sections(lambda k: k[0] == agent)
+        if len(self.hosts) == 1 and not self.nodes:  # one node left: its charts, as with one node from the start
+            self.open_node(next(iter(self.hosts)))
+        self._layout_nodes()
+
     def redraw(self) -> None:
         """The app's coalescing timer: repaint the grid once for every reading since the last time, and
         at least once a second (a node that went silent turns missing without a new reading)."""
@@ -224,10 +231,7 @@ class SystemPanel(QWidget):
         if key not in self.hosts or key in self.nodes:
             return
         self.chosen = key
-        for old in [k for k in self.nodes if k != key]:
-            section = self.nodes.pop(old)
-            section.setParent(None)  # gone from the column now, not at the event loop's next turn
-            section.deleteLater()
+        self._drop_sections(lambda k: k != key)
         node = self._section(key)
         if self.store is not None:
             with self.store.snapshot():
@@ -236,6 +240,12 @@ class SystemPanel(QWidget):
                     _, vals, times = self.store.series(*key, metric)
                     node.append(metric, times, vals)
         self._layout_nodes()
+
+    def _drop_sections(self, which: Callable[[RunKey], bool]) -> None:
+        for key in [k for k in self.nodes if which(k)]:
+            section = self.nodes.pop(key)
+            section.setParent(None)  # gone from the column now, not at the event loop's next turn
+            section.deleteLater()
 
     def _order(self, key: RunKey) -> tuple:
         return natural(self.hosts[key]), key
