@@ -243,6 +243,7 @@ class MainWindow(QMainWindow):
                 self._offer_jobs()
             joined = {k: self.runs.row(k) for k in self.runs.selected()}
             self.runs.update_agent(url, runs)
+            self.system.note_runs(url, runs)
             if any(row is not None and row.members != getattr(self.runs.row(k), "members", None)
                    for k, row in joined.items()):  # a charted run resumed on another node: its curves join
                 self.charts.show_runs(self.runs.selected(), self.store)
@@ -290,6 +291,7 @@ class MainWindow(QMainWindow):
             self.table.resizeColumnsToContents()
             self.center.setCurrentWidget(self.tabs if self.links.agents() or self.runs.rows() else self.empty)
         self.charts.redraw()
+        self.system.redraw()
         self.status_label.setText("   ".join(_health_text(h) for h in self.health.values()) or "no agents")
 
     # --- selection ------------------------------------------------------------------------
@@ -541,6 +543,7 @@ class MainWindow(QMainWindow):
         if ok:
             self.links.remove(url)
             self.health.pop(url, None)
+            self.system.forget(url)
             self.alerts.set_agents([a["url"] for a in self.links.agents()])
             self._schedule()
 
@@ -615,6 +618,7 @@ class MainWindow(QMainWindow):
         for url in self.store.forget_job(run_id):
             self.links.remove(url)
             self.health.pop(url, None)
+            self.system.forget(url)
         self.alerts.set_agents(self._followed())
         self._schedule()
         return True
