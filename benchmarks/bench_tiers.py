@@ -224,12 +224,7 @@ def remote_child(url: str) -> dict:
         (x0, x1), _ = first.getViewBox().viewRange()
         repaint, refined = {}, {}
         for name, (a, b) in moves(x0, x1, "level 0").items():
-            t = time.perf_counter()
-            first.setXRange(a, b, padding=0)
-            for chart in panel.charts.values():
-                chart.flush()
-            panel.grab()
-            repaint[name] = time.perf_counter() - t
+            repaint[name] = repainted(panel, first, a, b)
             refined[name] = repaint[name] + painted()
         panel.remote.close()
         store.close()
@@ -305,6 +300,16 @@ def moves(x0: float, x1: float, finest: str) -> dict[str, tuple[float, float]]:
             "zoom out to the whole run": (x0, x1)}
 
 
+def repainted(panel, first, x0: float, x1: float) -> float:
+    """Seconds to set the linked charts' x range and repaint every chart."""
+    t = time.perf_counter()
+    first.setXRange(x0, x1, padding=0)
+    for chart in panel.charts.values():
+        chart.flush()
+    panel.grab()
+    return time.perf_counter() - t
+
+
 def child(path: Path, mode: str) -> dict:
     """In this process: open the run, pan and zoom, and report times and memory (as JSON)."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -331,14 +336,7 @@ def child(path: Path, mode: str) -> dict:
     opened = time.perf_counter() - t0
     first = next(iter(panel.charts.values()))
     (x0, x1), _ = first.getViewBox().viewRange()
-    repaint = {}
-    for name, (a, b) in moves(x0, x1, "raw points").items():
-        t = time.perf_counter()
-        first.setXRange(a, b, padding=0)
-        for chart in panel.charts.values():
-            chart.flush()
-        panel.grab()
-        repaint[name] = time.perf_counter() - t
+    repaint = {name: repainted(panel, first, a, b) for name, (a, b) in moves(x0, x1, "raw points").items()}
     tiered = sum(type(c.series).__name__ == "StoredSeries" for ch in panel.charts.values() for c in ch.curves.values())
     rss = psutil.Process().memory_info().rss
     return {"open_s": opened, "repaint_s": repaint, "rss_mb": rss / 2 ** 20, "rss_before_mb": before / 2 ** 20,

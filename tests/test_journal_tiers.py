@@ -183,15 +183,22 @@ run.finish()
 """
 
 
+def finished_run(tmp_path, proc: AgentProcess, steps: int) -> str:
+    """A real trainer's run of ``steps`` steps, logged and finished on the agent; its id."""
+    trainer = start_trainer(tmp_path, TRAINER, proc.url, str(steps))
+    run = trainer.stdout.readline().strip()
+    assert trainer.wait(120) == 0, trainer.stderr.read()
+    with proc.client() as client:
+        wait_until(lambda: any(r["id"] == run and r["status"] == "finished" for r in client.runs()),
+                   what="the run to finish")
+    return run
+
+
 def test_a_real_agent_answers_tiers_equal_to_a_fold_of_a_real_trainers_points(tmp_path):
     proc = AgentProcess(tmp_path / "agent", free_port()).start()
     try:
-        trainer = start_trainer(tmp_path, TRAINER, proc.url, "40000")
-        run = trainer.stdout.readline().strip()
-        assert trainer.wait(120) == 0, trainer.stderr.read()
+        run = finished_run(tmp_path, proc, 40_000)
         with proc.client() as client:
-            wait_until(lambda: any(r["id"] == run and r["status"] == "finished" for r in client.runs()),
-                       what="the run to finish")
             for metric in ("loss", "odd", "sparse"):
                 steps, vals, _ = client.series(run, metric)
                 want = dict(levels(steps, vals))
@@ -264,12 +271,8 @@ def test_a_salvaged_journal_builds_its_tiers_again(tmp_path):
 def test_an_agent_killed_with_points_waiting_builds_their_tiers_when_it_starts_again(tmp_path):
     proc = AgentProcess(tmp_path / "agent", free_port()).start()
     try:
-        trainer = start_trainer(tmp_path, TRAINER, proc.url, "20000")
-        run = trainer.stdout.readline().strip()
-        assert trainer.wait(120) == 0, trainer.stderr.read()
+        run = finished_run(tmp_path, proc, 20_000)
         with proc.client() as client:
-            wait_until(lambda: any(r["id"] == run and r["status"] == "finished" for r in client.runs()),
-                       what="the run to finish")
             assert client.tiers(run, "loss", *ALL, level=3) is not None  # answered from what waits in memory
         proc.kill()  # SIGKILL: the points waiting to be folded are lost from memory, their mark is on disk
         con = sqlite3.connect(proc.data / "journal.sqlite")
