@@ -22,12 +22,14 @@ Health (``Health``):
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -42,6 +44,7 @@ from .local_store import LocalStore
 BatchCallback = Callable[[str, list[Entry], "list[dict] | None"], None]
 HealthCallback = Callable[["Health"], None]
 
+T = TypeVar("T")
 RATE_WINDOW = 5.0  # seconds over which points_per_s is averaged
 INDEX_SECONDS = 0.05  # rollout indexing per page a link does at most (the rest waits for the next page)
 
@@ -132,9 +135,12 @@ class AgentLink:
                         pages = feed.follow(after=0, idle=self.poll)
                         continue
                 if page.entries or page.cursor > cursor:
-                    store.write_page(self.url, page.entries, page.cursor)
+                    self._busy_retry(store.write_page, self.url, page.entries, page.cursor)
+                    if self._stop.is_set():  # perhaps not written: the next start reads it again
+                        break
                     cursor = page.cursor
-                indexing = _index(store, indexing or any(e.kind == KIND_ROLLOUTS for e in page.entries))
+                indexing = self._busy_retry(_index, store, indexing or any(e.kind == KIND_ROLLOUTS
+                                                                          for e in page.entries))
                 if page.entries:
                     heard = now
                     rate.append((now, sum(e.n for e in page.entries if e.kind == KIND_METRIC)))
@@ -162,7 +168,7 @@ class AgentLink:
             self._set(error=str(exc))
             return None, heard
         answered = time.monotonic()
-        store.put_runs(self.url, runs)
+        self._busy_retry(store.put_runs, self.url, runs)
         try:
             state = ask.ping()
             warning = state.get("disk_full") or state.get("damaged") or ""
@@ -170,6 +176,19 @@ class AgentLink:
             warning = f"no state from the agent: {exc}"
         self._set(lag=answered - sent, error="", warning=str(warning))
         return runs, answered
+
+    def _busy_retry(self, write: Callable[..., T], *args: object) -> T | None:
+        """``write(*args)`` once the store's write lock is free: another thread of the app may hold it
+        past the busy timeout (a CPU-starved machine), which must not end the link.  None: stopped."""
+        while not self._stop.is_set():
+            try:
+                return write(*args)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorname != "SQLITE_BUSY":
+                    raise
+                self._set(warning=f"the app's store is busy ({exc}); trying again")
+            time.sleep(self.poll)
+        return None
 
     def _note_behind(self, entries: list[Entry]) -> None:
         newest = max((float(np.frombuffer(e.times, np.float64)[-1]) for e in entries
