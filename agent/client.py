@@ -23,7 +23,15 @@ import zmq.utils.monitor
 from pilothouse.security import HANDSHAKE_FAILED, Keyring, SecurityError, client_keys
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_METRIC, KIND_ROLLOUTS, Entry, Page, check_page, join_chunks
-from pilothouse.wire.messages import ACK_STATES, MAX_MESSAGE_BYTES, MAX_PAGE_POINTS, ProtocolError, message, pack, unpack
+from pilothouse.wire.messages import (
+    ACK_STATES,
+    MAX_MESSAGE_BYTES,
+    MAX_PAGE_POINTS,
+    ProtocolError,
+    message,
+    pack,
+    unpack,
+)
 from pilothouse.wire.records import check_rollouts
 from pilothouse.wire.rollouts import MAX_SEARCH_HITS, unpack_batch
 from pilothouse.wire.urls import DEFAULT_URL, check_url

@@ -256,7 +256,7 @@ def test_a_packed_history_arrives_once_though_pages_end_inside_packed_entries_an
                     assert list(zip(s.tolist(), v.tolist())) == points, f"stored {run}/{metric}"
                     s, v, _ = client.series(run, metric)  # Client.history: pages with parts, too
                     assert list(zip(s.tolist(), v.tolist())) == points, f"read back {run}/{metric}"
-        sizes = dict(((a, r), b) for a, r, b in store.db.execute("SELECT agent, run, bytes FROM run_bytes"))
+        sizes = {(a, r): b for a, r, b in store.db.execute("SELECT agent, run, bytes FROM run_bytes")}
         assert all(sizes[(proc.url, run)] >= 24 * steps * 4 // 3 for run in runs)  # a part's rest counted
     finally:
         link.stop()
