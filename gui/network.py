@@ -2,8 +2,8 @@
 
 Why threads: ZeroMQ sockets and SQLite connections must stay on the thread that made them,
 and network I/O must never run on the Qt thread.  A link follows its agent's journal from
-the cursor kept in the local store (history, then live), writes each page there, refreshes
-the run list about once a second, and hands both to ``on_batch(url, entries, runs)`` on the
+the cursor kept in the local store (history, then live), writes its pages there (those that
+come close together in one transaction: see ``Batch``), refreshes the run list about once a second, and hands both to ``on_batch(url, entries, runs)`` on the
 link's thread (``runs`` is None in a turn where the run list was not refreshed); the Qt layer
 turns that callback into a signal.  Everything is in the local store before the callback runs.
 
@@ -35,8 +35,8 @@ import numpy as np
 
 from pilothouse.client import AgentError, Client
 from pilothouse.security import SecurityError
-from pilothouse.wire.entries import KIND_METRIC, KIND_ROLLOUTS, Entry
-from pilothouse.wire.messages import ProtocolError
+from pilothouse.wire.entries import KIND_METRIC, KIND_ROLLOUTS, Entry, Page
+from pilothouse.wire.messages import MAX_PAGE_POINTS, ProtocolError
 from pilothouse.wire.urls import check_url
 
 from .local_store import LocalStore
@@ -46,6 +46,9 @@ HealthCallback = Callable[["Health"], None]
 
 T = TypeVar("T")
 RATE_WINDOW = 5.0  # seconds over which points_per_s is averaged
+WRITE_S = 0.1  # a page waits at most this long for others to be written with it, while the app keeps up
+WRITE_SHARE = 5.0  # ... or this many times the last write's time, when writes slow down (a busy app)
+MAX_WRITE_WAIT = 1.0  # ... but never longer
 INDEX_SECONDS = 0.05  # rollout indexing per page a link does at most (the rest waits for the next page)
 
 
@@ -122,43 +125,59 @@ class AgentLink:
         next_runs = reported = 0.0
         rate: deque[tuple[float, int]] = deque()
         indexing = True  # rollouts may wait to be indexed (a store written before, or a link stopped midway)
-        pages = feed.follow(after=cursor, idle=self.poll)
+        batch = Batch(cursor)
+        pages = feed.follow(after=cursor, idle=min(self.poll, WRITE_S))  # an empty page: the batch is written
         try:
             while not self._stop.is_set():
                 page = next(pages)
                 now = time.monotonic()
                 if page.journal is not None and page.journal != journal:
                     journal = page.journal
+                    if not self._write(store, batch):  # the old journal's pages, before it is moved aside
+                        break
                     if store.adopt_journal(self.url, journal):  # wiped and restarted: follow it from its start
                         pages.close()
-                        cursor = 0
-                        pages = feed.follow(after=0, idle=self.poll)
+                        cursor, batch = 0, Batch(0)
+                        pages = feed.follow(after=0, idle=min(self.poll, WRITE_S))
                         continue
-                if page.entries or page.cursor > cursor:
-                    self._busy_retry(store.write_page, self.url, page.entries, page.cursor)
-                    if self._stop.is_set():  # perhaps not written: the next start reads it again
-                        break
-                    cursor = page.cursor
-                indexing = self._busy_retry(_index, store, indexing or any(e.kind == KIND_ROLLOUTS
-                                                                          for e in page.entries))
+                batch.add(page, now)
                 if page.entries:
                     heard = now
                     rate.append((now, sum(e.n for e in page.entries if e.kind == KIND_METRIC)))
                     self._note_behind(page.entries)
+                entries: list[Entry] = []
+                if batch.due(now, bool(page.entries)):
+                    entries = batch.entries
+                    if not self._write(store, batch):  # stopped: perhaps not written, the next start reads it again
+                        break
+                    cursor = batch.cursor
+                indexing = self._busy_retry(_index, store, indexing or any(e.kind == KIND_ROLLOUTS for e in entries))
                 runs = None
                 if now >= next_runs and not self._stop.is_set():
                     runs, heard = self._refresh_runs(ask, store, heard)
                     next_runs = time.monotonic() + self.runs_every
                 while rate and rate[0][0] < now - RATE_WINDOW:
                     rate.popleft()
-                if self.on_batch is not None and (page.entries or runs is not None):
-                    self.on_batch(self.url, page.entries, runs)
+                if self.on_batch is not None and (entries or runs is not None):
+                    self.on_batch(self.url, entries, runs)
                 changed = self._update(now, heard, started, rate, cursor)
                 if self.on_health is not None and (changed or now - reported >= 1.0):
                     reported = now
                     self.on_health(self.health())
+            self._write(store, batch)
         finally:
             pages.close()
+
+    def _write(self, store: LocalStore, batch: "Batch") -> bool:
+        """The batch's pages into the store in one transaction (nothing when it holds none); False
+        when the link was stopped before it could."""
+        if batch.pending:
+            began = time.monotonic()
+            self._busy_retry(store.write_page, self.url, batch.entries, batch.cursor)
+            if self._stop.is_set():
+                return False
+            batch.written(time.monotonic() - began)
+        return True
 
     def _refresh_runs(self, ask: Client, store: LocalStore, heard: float) -> tuple[list[dict] | None, float]:
         sent = time.monotonic()
@@ -211,6 +230,37 @@ class AgentLink:
     def _set(self, **changes: object) -> None:
         with self._lock:
             self._health = replace(self._health, **changes)
+
+
+class Batch:
+    """Pages a link has not written yet.  Each write costs about the same whatever it holds (the
+    tiers fold every metric it touches at each of their levels), so pages that arrive close
+    together are written as one: when the first has waited ``WRITE_S``, or WRITE_SHARE times as
+    long as the last write took (a busy app writes less often, in larger batches), when a page
+    comes empty (the agent has nothing more now) or the batch is large."""
+
+    def __init__(self, cursor: int):
+        self.entries: list[Entry] = []
+        self.cursor = cursor
+        self.pending = False
+        self.points = 0
+        self.since = 0.0  # when the first unwritten page came
+        self.wait = WRITE_S
+
+    def add(self, page: Page, now: float) -> None:
+        if page.entries or page.cursor > self.cursor:
+            if not self.pending:
+                self.pending, self.since = True, now
+            self.entries += page.entries
+            self.points += sum(e.n for e in page.entries)
+            self.cursor = max(self.cursor, page.cursor)
+
+    def due(self, now: float, more: bool) -> bool:
+        return self.pending and (not more or now - self.since >= self.wait or self.points >= MAX_PAGE_POINTS)
+
+    def written(self, took: float) -> None:
+        self.entries, self.pending, self.points = [], False, 0
+        self.wait = min(max(WRITE_S, WRITE_SHARE * took), MAX_WRITE_WAIT)
 
 
 class Links:
