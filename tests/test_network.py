@@ -299,3 +299,28 @@ def test_each_page_names_the_sub_it_answers_so_an_earlier_subs_pages_are_told_ap
                 raise AssertionError(f"sub number {bad!r} not refused")
     finally:
         sock.close(linger=0)
+
+
+def test_a_links_batch_writes_pages_that_come_together_once_and_waits_longer_when_writes_slow():
+    """Pages close together are one write (each costs about the same: the tiers fold every level of
+    each metric it touches); a page alone is written as soon as an empty page says nothing follows;
+    a slow write (a busy app) makes the next batch wait longer, never past MAX_WRITE_WAIT."""
+    from pilothouse.gui.network import MAX_WRITE_WAIT, WRITE_S, Batch
+    from pilothouse.wire.entries import Entry, Page
+
+    def entry(i: int) -> Entry:
+        return Entry(i, "r", "m", "loss", 0, 1, b"\0" * 8, b"\0" * 8, b"\0" * 8, None)
+
+    batch = Batch(0)
+    assert not batch.due(0.0, False)  # nothing to write
+    batch.add(Page([entry(1)], 1), 10.0)
+    batch.add(Page([entry(2), entry(3)], 3), 10.05)
+    assert not batch.due(10.05, True) and batch.due(10.05 + WRITE_S, True)
+    assert batch.due(10.06, False)  # an empty page: the agent has nothing more now
+    assert ([e.id for e in batch.entries], batch.cursor, batch.points) == ([1, 2, 3], 3, 3)
+    batch.written(0.5)  # a write that took half a second
+    assert (batch.entries, batch.pending) == ([], False) and batch.wait == min(2.5, MAX_WRITE_WAIT)
+    batch.add(Page([], 5), 20.0)  # a cursor moved past entries of other kinds: written too
+    assert batch.pending and batch.due(20.0 + MAX_WRITE_WAIT, True) and not batch.due(20.0 + WRITE_S, True)
+    batch.written(0.001)
+    assert batch.wait == WRITE_S
