@@ -3,9 +3,11 @@
 Why threads: ZeroMQ sockets and SQLite connections must stay on the thread that made them,
 and network I/O must never run on the Qt thread.  A link follows its agent's journal from
 the cursor kept in the local store (history, then live), writes its pages there (those that
-come close together in one transaction: see ``Batch``), refreshes the run list about once a second, and hands both to ``on_batch(url, entries, runs)`` on the
-link's thread (``runs`` is None in a turn where the run list was not refreshed); the Qt layer
-turns that callback into a signal.  Everything is in the local store before the callback runs.
+come close together in one transaction: ``Batch``), refreshes the run list about once a second,
+and hands both to ``on_batch(url, entries, runs)`` on the link's thread (``runs`` is None in a
+turn where the run list was not refreshed; a metric stream's chunks of a batch come joined into
+one: ``joined``); the Qt layer turns that callback into a signal.  Everything is in the local
+store before the callback runs.
 
 Health (``Health``):
 
@@ -159,7 +161,7 @@ class AgentLink:
                 while rate and rate[0][0] < now - RATE_WINDOW:
                     rate.popleft()
                 if self.on_batch is not None and (entries or runs is not None):
-                    self.on_batch(self.url, entries, runs)
+                    self.on_batch(self.url, joined(entries, cursor), runs)
                 changed = self._update(now, heard, started, rate, cursor)
                 if self.on_health is not None and (changed or now - reported >= 1.0):
                     reported = now
@@ -321,6 +323,26 @@ class Links:
                                                on_health=self.on_health, **self.link_options)
             link.start()
         return link
+
+
+def joined(entries: list[Entry], cursor: int) -> list[Entry]:
+    """A written batch as the UI takes it: each metric stream's chunks joined into one entry under its
+    last id (the UI pays per entry: a batch of five pages is one chunk per metric, not five), in id
+    order, so a floor that moves with each entry skips none.  Other kinds, and a packed entry's part
+    (its id above the cursor), are passed as they are."""
+    streams: dict[tuple[str, str, int], list[Entry]] = {}
+    out: list[Entry] = []
+    for e in entries:
+        if e.kind == KIND_METRIC and e.id <= cursor:
+            streams.setdefault((e.run, e.metric, e.rank), []).append(e)
+        else:
+            out.append(e)
+    for chunks in streams.values():
+        last = chunks[-1]
+        out.append(last if len(chunks) == 1 else last._replace(
+            n=sum(c.n for c in chunks), steps=b"".join(c.steps for c in chunks),
+            vals=b"".join(c.vals for c in chunks), times=b"".join(c.times for c in chunks)))
+    return sorted(out, key=lambda e: e.id)
 
 
 def _index(store: LocalStore, due: bool) -> bool:

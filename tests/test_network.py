@@ -324,3 +324,24 @@ def test_a_links_batch_writes_pages_that_come_together_once_and_waits_longer_whe
     assert batch.pending and batch.due(20.0 + MAX_WRITE_WAIT, True) and not batch.due(20.0 + WRITE_S, True)
     batch.written(0.001)
     assert batch.wait == WRITE_S
+
+
+def test_a_batch_reaches_the_ui_with_each_metric_streams_chunks_joined_in_id_order():
+    """The UI pays per entry: a batch's chunks of one (run, metric, rank) arrive as one, under the last
+    id, every point in order; events and a packed entry's part (id above the cursor) as they are."""
+    from pilothouse.gui.network import joined
+    from pilothouse.wire.entries import Entry
+
+    def chunk(i: int, metric: str, steps: list[int], rank: int = 0) -> Entry:
+        s = np.array(steps, np.int64)
+        return Entry(i, "r", "m", metric, rank, len(s), s.tobytes(), s.astype(float).tobytes(), s.astype(float).tobytes(),
+                     None)
+
+    event = Entry(4, "r", "e", None, 0, 0, None, None, None, b"\x80")
+    batch = [chunk(1, "loss", [0, 1]), chunk(2, "kl", [0]), chunk(3, "loss", [2]), event, chunk(5, "kl", [1, 2]),
+             chunk(6, "loss", [3], rank=1), chunk(9, "loss", [4, 5])]  # 9: a part, above the cursor 6
+    out = joined(batch, 6)
+    assert [(e.id, e.kind, e.metric, e.rank) for e in out] == [
+        (3, "m", "loss", 0), (4, "e", None, 0), (5, "m", "kl", 0), (6, "m", "loss", 1), (9, "m", "loss", 0)]
+    assert [entry_points(e)[0].tolist() for e in out if e.kind == "m"] == [[0, 1, 2], [0, 1, 2], [3], [4, 5]]
+    assert out[0].n == 3 and entry_points(out[0])[1].tolist() == [0.0, 1.0, 2.0]
