@@ -170,7 +170,7 @@ class AgentLink:
         finally:
             pages.close()
 
-    def _write(self, store: LocalStore, batch: "Batch") -> bool:
+    def _write(self, store: LocalStore, batch: Batch) -> bool:
         """The batch's pages into the store in one transaction (nothing when it holds none); False
         when the link was stopped before it could."""
         if batch.pending:
