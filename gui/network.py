@@ -105,7 +105,9 @@ class AgentLink:
     def _main(self) -> None:
         try:
             with contextlib.ExitStack() as stack:
-                store = LocalStore(self.store_path)
+                store = self._busy_retry(LocalStore, self.store_path)  # many links open it at once
+                if store is None:
+                    return
                 stack.callback(store.close)
                 feed = stack.enter_context(Client(self.url))  # own socket: request() would eat stream data
                 ask = stack.enter_context(Client(self.url, timeout=self.poll * 2))
@@ -137,7 +139,7 @@ class AgentLink:
                     journal = page.journal
                     if not self._write(store, batch):  # the old journal's pages, before it is moved aside
                         break
-                    if store.adopt_journal(self.url, journal):  # wiped and restarted: follow it from its start
+                    if self._busy_retry(store.adopt_journal, self.url, journal):  # wiped, restarted: from its start
                         pages.close()
                         cursor, batch = 0, Batch(0)
                         pages = feed.follow(after=0, idle=min(self.poll, WRITE_S))
