@@ -37,6 +37,9 @@ from pilothouse.wire.rollouts import MAX_SEARCH_HITS, unpack_batch
 from pilothouse.wire.urls import DEFAULT_URL, check_url
 
 
+MAX_GATHER = 64  # messages ``follow`` takes from its queue into one page at most (an agent's most credit)
+
+
 class AgentError(RuntimeError):
     """The agent answered with an error."""
 
@@ -304,8 +307,9 @@ class Client:
                credit: int = 8, idle: float = 0.5, resubscribe: float = 2.0) -> Iterator[Page]:
         """History after ``after``, then live entries, forever.  Yields an empty page every
         ``idle`` seconds without data so the caller can stop or redraw.  Pages already queued
-        when one arrives are yielded with it as one (up to MAX_PAGE_POINTS points): a caller that
-        falls behind gets fewer, larger pages, so what it pays per page does not pile up.
+        when one arrives are yielded with it as one (up to MAX_PAGE_POINTS points, MAX_GATHER
+        messages): a caller that falls behind gets fewer, larger pages, so what it pays per page
+        does not pile up.
 
         After ``resubscribe`` seconds with nothing to read (the agent restarted, or dropped this
         reader) it subscribes again from its cursor, under a new number the agent echoes in each
@@ -340,8 +344,9 @@ class Client:
                         continue
                 entries = [e for e in page.entries if e.id > cursor]  # a packed entry's part, too (wire.entries)
                 cursor = max(cursor, page.cursor)
-                points = sum(e.n for e in entries)
-                while points < MAX_PAGE_POINTS and self._socket().poll(0, zmq.POLLIN):
+                points, taken = sum(e.n for e in entries), 1
+                while points < MAX_PAGE_POINTS and taken < MAX_GATHER and self._socket().poll(0, zmq.POLLIN):
+                    taken += 1  # messages, pages or not: a stream of garbage cannot hold the caller here
                     _, more = self._page(sub["sub"])
                     if more is None:
                         continue
