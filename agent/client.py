@@ -36,7 +36,6 @@ from pilothouse.wire.records import check_rollouts
 from pilothouse.wire.rollouts import MAX_SEARCH_HITS, unpack_batch
 from pilothouse.wire.urls import DEFAULT_URL, check_url
 
-
 MAX_GATHER = 64  # messages ``follow`` takes from its queue into one page at most (an agent's most credit)
 
 
