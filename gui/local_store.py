@@ -253,9 +253,11 @@ class LocalStore:
 
     # --- writing (a link's thread) -------------------------------------------------------
 
-    def write_page(self, url: str, entries: Sequence[Sequence], cursor: int) -> None:
+    def write_page(self, url: str, entries: Sequence[Sequence], cursor: int,
+                   runs: Iterable[dict] | None = None) -> None:
         """Entries as received (fields in protocol.ENTRY_FIELDS order) and the cursor they
-        reach, in one transaction.  Re-writing a page is harmless.  A metric entry held above the
+        reach, and the agent's run list if given (``put_runs``), in one transaction.  Re-writing a
+        page is harmless.  A metric entry held above the
         cursor is a packed entry's part (see ``pilothouse.wire.entries``): its rest, arriving later
         under the same id, is appended to it (an entry at or below the cursor is a repeat)."""
         with transaction(self.db):
@@ -269,6 +271,8 @@ class LocalStore:
             self.db.execute("INSERT INTO agents (url, added, cursor, remembered) VALUES (?, ?, ?, 0) "
                             "ON CONFLICT(url) DO UPDATE SET cursor=MAX(cursor, excluded.cursor)",
                             [url, time.time(), cursor])
+            if runs is not None:
+                self._put_runs(url, runs)
 
     def _append_part(self, url: str, e: Sequence) -> bool:
         """The rest of a packed entry this store holds a part of (not for a run removed from the app)."""
@@ -290,12 +294,14 @@ class LocalStore:
 
     def put_runs(self, url: str, runs: Iterable[dict]) -> None:
         """Upsert the run dicts ``Client.runs()`` returned by this agent."""
-        now = time.time()
-        rows = [(url, r["id"], *(_column(r.get(c)) for c in _RUN_COLUMNS), now,
-                 pack(r)) for r in runs]
         with transaction(self.db):
-            marks = ",".join("?" * (len(_RUN_COLUMNS) + 4))
-            self.db.conn.executemany(f"INSERT OR REPLACE INTO runs VALUES ({marks})", rows)
+            self._put_runs(url, runs)
+
+    def _put_runs(self, url: str, runs: Iterable[dict]) -> None:
+        now = time.time()
+        rows = [(url, r["id"], *(_column(r.get(c)) for c in _RUN_COLUMNS), now, pack(r)) for r in runs]
+        marks = ",".join("?" * (len(_RUN_COLUMNS) + 4))
+        self.db.conn.executemany(f"INSERT OR REPLACE INTO runs VALUES ({marks})", rows)
 
     # --- reading -------------------------------------------------------------------------
 

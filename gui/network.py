@@ -149,18 +149,18 @@ class AgentLink:
                     heard = now
                     rate.append((now, sum(e.n for e in page.entries if e.kind == KIND_METRIC)))
                     self._note_behind(page.entries)
+                if now >= next_runs and not self._stop.is_set():
+                    batch.runs, heard = self._refresh_runs(ask, heard)  # written with the batch, at once
+                    next_runs = time.monotonic() + self.runs_every
                 entries: list[Entry] = []
+                runs = None
                 if batch.due(now, bool(page.entries)):
-                    entries = batch.entries
+                    entries, runs = batch.entries, batch.runs
                     if not self._write(store, batch):  # stopped: perhaps not written, the next start reads it again
                         break
                     cursor = batch.cursor
                 if indexing or any(e.kind == KIND_ROLLOUTS for e in entries):
                     indexing = bool(self._busy_retry(_index, store, True))
-                runs = None
-                if now >= next_runs and not self._stop.is_set():
-                    runs, heard = self._refresh_runs(ask, store, heard)
-                    next_runs = time.monotonic() + self.runs_every
                 while rate and rate[0][0] < now - RATE_WINDOW:
                     rate.popleft()
                 if self.on_batch is not None and (entries or runs is not None):
@@ -176,15 +176,16 @@ class AgentLink:
     def _write(self, store: LocalStore, batch: Batch) -> bool:
         """The batch's pages into the store in one transaction (nothing when it holds none); False
         when the link was stopped before it could."""
-        if batch.pending:
+        if batch.pending or batch.runs is not None:
             began = time.monotonic()
-            self._busy_retry(store.write_page, self.url, batch.entries, batch.cursor)
+            self._busy_retry(store.write_page, self.url, batch.entries, batch.cursor, batch.runs)
             if self._stop.is_set():
                 return False
             batch.written(time.monotonic() - began)
         return True
 
-    def _refresh_runs(self, ask: Client, store: LocalStore, heard: float) -> tuple[list[dict] | None, float]:
+    def _refresh_runs(self, ask: Client, heard: float) -> tuple[list[dict] | None, float]:
+        """The agent's run list (None: no answer), and when it was heard."""
         sent = time.monotonic()
         try:
             runs = ask.runs()
@@ -192,7 +193,6 @@ class AgentLink:
             self._set(error=str(exc))
             return None, heard
         answered = time.monotonic()
-        self._busy_retry(store.put_runs, self.url, runs)
         try:
             state = ask.ping()
             warning = state.get("disk_full") or state.get("damaged") or ""
@@ -246,7 +246,8 @@ class Batch:
     tiers fold every metric it touches at each of their levels), so pages that arrive close
     together are written as one: when the first has waited ``WRITE_S``, or WRITE_SHARE times as
     long as the last write took (a busy app writes less often, in larger batches), when a page
-    comes empty (the agent has nothing more now) or the batch is large."""
+    comes empty (the agent has nothing more now) or the batch is large, and with the agent's run
+    list once a second (one transaction, not two)."""
 
     def __init__(self, cursor: int):
         self.entries: list[Entry] = []
@@ -255,6 +256,7 @@ class Batch:
         self.points = 0
         self.since = 0.0  # when the first unwritten page came
         self.wait = WRITE_S
+        self.runs: list[dict] | None = None  # the agent's run list, written with the batch at once
 
     def add(self, page: Page, now: float) -> None:
         if page.entries or page.cursor > self.cursor:
@@ -265,10 +267,11 @@ class Batch:
             self.cursor = max(self.cursor, page.cursor)
 
     def due(self, now: float, more: bool) -> bool:
-        return self.pending and (not more or now - self.since >= self.wait or self.points >= MAX_PAGE_POINTS)
+        return self.runs is not None or self.pending and (not more or now - self.since >= self.wait
+                                                         or self.points >= MAX_PAGE_POINTS)
 
     def written(self, took: float) -> None:
-        self.entries, self.pending, self.points = [], False, 0
+        self.entries, self.pending, self.points, self.runs = [], False, 0, None
         self.wait = min(max(WRITE_S, WRITE_SHARE * took), MAX_WRITE_WAIT)
 
 
