@@ -12,3 +12,8 @@ ENV_DATA = "PILOTHOUSE_DATA"
 
 def default_data_dir() -> Path:
     return Path(os.environ.get(ENV_DATA) or platformdirs.user_data_dir("pilothouse")) / "agent"
+
+
+def watch_state_dir() -> Path:
+    """Where ``pilothouse watch`` keeps what each agent acknowledged of each logdir."""
+    return Path(os.environ.get(ENV_DATA) or platformdirs.user_data_dir("pilothouse")) / "watch"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import bench_alerts
 import bench_app
 import bench_chart
+import bench_gpu_grid
 import bench_hostile
 import bench_load
 import bench_log
@@ -16,13 +17,14 @@ import bench_storage
 import bench_store
 import bench_sync
 import bench_throughput
+import bench_watch
 
 
 def main() -> bool:
     """True if every benchmark's own check (delivery, zero loss) passed."""
     ok = True
-    for bench in (bench_log, bench_throughput, bench_store, bench_sync, bench_chart, bench_app, bench_load,
-                  bench_alerts, bench_hostile, bench_rollouts, bench_storage):
+    for bench in (bench_log, bench_throughput, bench_store, bench_sync, bench_chart, bench_gpu_grid, bench_app,
+                  bench_load, bench_alerts, bench_hostile, bench_rollouts, bench_storage, bench_watch):
         print(f"\n=== {bench.__name__} ===\n", flush=True)
         ok = bench.passed(bench.main([])) and ok
     return ok

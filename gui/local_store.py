@@ -352,6 +352,13 @@ class LocalStore:
                                "AND metric=? ORDER BY id", [agent, run, KIND_METRIC, metric]).fetchall()
         return join_chunks(rows)
 
+    def series_tail(self, agent: str, run: str, metric: str, entries: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``series`` of the last ``entries`` entries only (oldest first): the latest readings, read in a
+        time that does not grow with the run (the GPU grid's history of every GPU of a job)."""
+        rows = self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND run=? AND kind=? "
+                               "AND metric=? ORDER BY id DESC LIMIT ?", [agent, run, KIND_METRIC, metric, entries])
+        return join_chunks(rows.fetchall()[::-1])
+
     def series_parts(self, agent: str, run: str, metric: str,
                      points: int = PART_POINTS) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """``series`` in parts of about ``points`` points (whole entries), in arrival order: an export or

@@ -15,6 +15,7 @@ from pilothouse.gui.attempts import members
 from pilothouse.gui.jobs import is_job_node
 from pilothouse.gui.run_columns import CONFIG, FIXED, MISSING, SUMMARY, Column, default_config_columns, ordered
 from pilothouse.wire.metric_order import by_importance, importance
+from pilothouse.wire.watched import USER_KINDS, WATCHED
 
 RunKey = tuple[str, str]  # (agent URL, run id): one run resumed on another node is one row (see ``attempts``)
 
@@ -39,6 +40,7 @@ class RunRow:
     attempts: int = 1  # processes that ran it: a crashed trainer started again with its id is attempt 2
     members: tuple[RunKey, ...] = ()  # its (agent, id) pairs, first begun first: more than one once it moved nodes
     job_node: bool = False  # one node of a multi-node job: its own row, not joined to the others
+    watched: bool = False  # followed from TensorBoard files: nothing to steer (pilothouse.wire.watched)
     config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # flattened: dotted keys
     summary: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)  # metric -> last value
 
@@ -63,7 +65,8 @@ class RunRow:
                    key_value=summary.get(metric) if metric else None, host=run.get("host") or "",
                    lost_records=run.get("lost_records") or 0, created=run.get("created") or 0.0,
                    attempts=run.get("attempts") if isinstance(run.get("attempts"), int) else 1,
-                   job_node=is_job_node(run), config=flatten(config), summary=dict(summary))
+                   job_node=is_job_node(run), watched=run.get("kind") == WATCHED, config=flatten(config),
+                   summary=dict(summary))
 
     def value(self, column: Column) -> Any:
         """The row's value in ``column`` as it sorts (``MISSING`` where the run has none)."""
@@ -132,7 +135,7 @@ class RunsModel:
         """Take the runs in; the ids of those that changed (a row or its summary and config)."""
         changed = set()
         for run in runs:
-            if self.include_system or run.get("kind", "train") == "train":
+            if self.include_system or run.get("kind", "train") in USER_KINDS:
                 row = RunRow.from_run(run, agent)
                 old = self._each.get(row.key)
                 if old is None or old != row or old.summary != row.summary or old.config != row.config:

@@ -443,7 +443,7 @@ def test_an_idle_gpu_under_a_running_job_fires_on_that_job(tmp_path):
     """The real agent loop and sampler; only NVML is faked, reporting a GPU stuck at 3 %."""
     import threading
 
-    from test_sampler import fake_nvml
+    from nvml_fake import fake_nvml
 
     from pilothouse.node.sampler import SystemSampler
     from pilothouse.node.server import Agent

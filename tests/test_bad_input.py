@@ -769,6 +769,23 @@ def test_wire_hello_with_bad_job_nodes_is_refused_and_creates_nothing(agent_proc
         assert not any(r["id"] == "badjob1" for r in c.runs())
 
 
+def test_wire_hello_of_a_bad_watcher_or_across_kinds_is_refused_and_changes_nothing(agent_proc):
+    """A watched run and a trainer's run never take each other's id; 'watched' names what is read."""
+    with RawPeer(agent_proc.url) as peer:
+        bad = peer.ask({**HELLO, "run": "tbbad1", "watched": "wandb"})
+        assert peer.ask({**HELLO, "run": "tbok1", "watched": "tensorboard", "session": "tensorboard"})["t"] == "welcome"
+        trainer = peer.ask({**HELLO, "run": "tbok1", "pid": 4243, "session": "tensorboard"})
+        assert peer.ask({**HELLO, "run": "trained1", "session": "s1"})["t"] == "welcome"
+        watcher = peer.ask({**HELLO, "run": "trained1", "watched": "tensorboard", "session": "s1"})
+    assert bad["t"] == "err" and "watched must be one of" in bad["msg"], bad
+    assert trainer["t"] == "err" and "a trainer cannot take it over" in trainer["msg"], trainer
+    assert watcher["t"] == "err" and "a watcher cannot write into it" in watcher["msg"], watcher
+    with agent_proc.client() as c:
+        runs = {r["id"]: r for r in c.runs()}
+    assert "tbbad1" not in runs and runs["tbok1"]["kind"] == "watched" and runs["trained1"]["kind"] == "train"
+    assert runs["tbok1"]["attempts"] == runs["trained1"]["attempts"] == 1
+
+
 def test_wire_hello_config_with_bytes_key_is_rejected(agent_proc):
     with RawPeer(agent_proc.url) as peer:
         reply = peer.ask({**HELLO, "run": "cfgkey1", "config": {b"lr": 0.1}})

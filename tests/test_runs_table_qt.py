@@ -135,3 +135,21 @@ def test_a_run_list_that_changes_values_repaints_cells_and_a_new_run_resets_the_
     w._redraw()
     assert len(resets) == 1 and "p/d" in column(w, COLUMNS.index("run"))
     assert w.runs.selected() == [(A, "b")] and len(w.table.selectionModel().selectedRows()) == 1
+
+
+def test_a_watched_run_says_so_and_its_controls_say_how_to_steer(window, tmp_path):
+    store = LocalStore(tmp_path / "app-store.sqlite")
+    store.put_runs(A, [{"id": "tb1", "project": "p", "name": "logs/a", "kind": "watched", "status": "running",
+                        "created": 1.0}, {"id": "t1", "project": "p", "name": "b", "status": "running", "created": 2.0}])
+    store.close()
+    w = window()
+    w._redraw()
+    names = column(w, COLUMNS.index("run"))
+    assert names == ["p/logs/a (watched)", "p/b"] or names == ["p/b", "p/logs/a (watched)"]
+    row = names.index("p/logs/a (watched)")
+    w.table.selectRow(row)
+    assert not w.actions["pause"].isEnabled() and "PilothouseCallback" in w.actions["pause"].toolTip()
+    tip = w.table_model.data(w.table_model.index(row, COLUMNS.index("run")), Qt.ItemDataRole.ToolTipRole)
+    assert "cannot be steered" in tip
+    w.table.selectRow(1 - row)
+    assert w.actions["pause"].isEnabled()

@@ -8,10 +8,10 @@ per-GPU code: what the sampler asks of NVML and how it handles unsupported readi
 from __future__ import annotations
 
 import logging
-import types
 
 import pytest
 from conftest import wait_until
+from nvml_fake import FakeNVMLError, fake_nvml
 
 from pilothouse.node.sampler import SystemSampler
 
@@ -28,34 +28,21 @@ def test_real_nvml_on_a_node_without_gpu_is_a_normal_state(caplog):
     assert len(notes) == 1 and notes[0].levelno == logging.INFO  # said once, not per sample
 
 
-class FakeNVMLError(Exception):
-    pass
-
-
-def fake_nvml(count: int, power_supported: bool = True) -> types.ModuleType:
-    m = types.ModuleType("pynvml")
-    m.NVMLError = FakeNVMLError
-    m.NVML_TEMPERATURE_GPU = 0
-    m.nvmlInit = lambda: None
-    m.nvmlDeviceGetCount = lambda: count
-    m.nvmlDeviceGetHandleByIndex = lambda i: i
-    m.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=40 + h, memory=10)
-    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=(h + 1) << 30, total=80 << 30)
-    m.nvmlDeviceGetTemperature = lambda h, kind: 60 + h
-
-    def power(h):
-        if not power_supported:
-            raise FakeNVMLError("Not Supported")
-        return 250_000 + h
-
-    m.nvmlDeviceGetPowerUsage = power
-    return m
-
-
 def test_every_gpu_reports_util_memory_power_and_temperature():
     sample = SystemSampler(fake_nvml(2)).sample()
     assert sample["gpu1/util"] == 41 and sample["gpu0/mem_used_gb"] == 1.0 and sample["gpu1/mem_total_gb"] == 80
-    assert sample["gpu0/power_w"] == 250.0 and sample["gpu1/temp_c"] == 61
+    assert sample["gpu0/power_w"] == 250.0 and sample["gpu1/temp_c"] == 61 and sample["gpu0/throttle"] == 0
+
+
+def test_throttle_keeps_only_the_slowdown_reasons():
+    """A thermal slowdown (0x40) is reported; idle (0x1) and a power cap (0x4) alone are normal clocks."""
+    sample = SystemSampler(fake_nvml(2, state=lambda: {"0": {"throttle": 0x40 | 0x1}, "1": {"throttle": 0x4}})).sample()
+    assert sample["gpu0/throttle"] == 0x40 and sample["gpu1/throttle"] == 0
+
+
+def test_a_lost_gpu_reports_nothing_and_the_others_go_on():
+    sample = SystemSampler(fake_nvml(2, state=lambda: {"1": {"lost": True}})).sample()
+    assert sample["gpu0/util"] == 40 and not any(k.startswith("gpu1/") for k in sample)
 
 
 def test_an_unsupported_reading_is_skipped_not_fatal():

@@ -14,7 +14,7 @@ pytest.importorskip("pytestqt")
 pytest.importorskip("PySide6")
 
 from conftest import free_port, wait_until  # noqa: E402
-from test_sampler import fake_nvml  # noqa: E402
+from nvml_fake import fake_nvml  # noqa: E402
 
 from pilothouse.client import Client  # noqa: E402
 from pilothouse.gui._qt.system import CPU, GPU_MEM, GPU_POWER, GPU_TEMP, GPU_UTIL, RAM, SystemPanel  # noqa: E402

@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from pilothouse.cli import alerts, app, archive, key_metric, keys, read, retention, rollouts, serve, steer
+from pilothouse.cli import alerts, app, archive, key_metric, keys, read, retention, rollouts, serve, steer, watch
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Command, positive
 from pilothouse.client import AgentError
 from pilothouse.security import ENV_KEYS, SecurityError
@@ -61,4 +61,5 @@ def _parser() -> argparse.ArgumentParser:
     alerts.add_parser(reader)
     key_metric.add_parser(reader)
     app.add_parsers(sub)
+    watch.add_parser(sub, keys_arg, default_agent)
     return p

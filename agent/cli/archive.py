@@ -9,8 +9,9 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from pilothouse.cli import watch
 from pilothouse.cli.archive_file import ArchiveError, open_archive, write_archive
-from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
+from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Reader, client_for
 from pilothouse.client import CALL_ERRORS, Client, claimed_sender
 from pilothouse.text import printable
 from pilothouse.wire.run_import import COUNTERS, IMPORT_BATCH_BYTES, IMPORT_BATCH_ENTRIES, entry_size
@@ -25,8 +26,11 @@ def add_parsers(reader: Reader) -> None:
     a.add_argument("-o", "--output", required=True, type=Path, help="the parquet file to write")
     a.add_argument("--force", action="store_true", help="overwrite the file if it exists")
 
-    i = reader("import", "bring an archived run back into an agent (same id, name, config and status)", cmd_import)
-    i.add_argument("file", type=Path, help="a parquet file written by `pilothouse archive`")
+    i = reader("import", "bring an archived run back into an agent (same id, name, config and status), "
+                         "or a TensorBoard logdir's runs", cmd_import)
+    i.add_argument("file", type=Path, metavar="FILE|LOGDIR",
+                   help="a parquet file written by `pilothouse archive`, or a folder of TensorBoard runs")
+    watch.add_project(i)
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
@@ -48,6 +52,15 @@ def _run_meta(client: Client, run: str) -> dict:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    if args.file.is_dir():
+        return watch.cmd_import_logdir(args)
+    if "tfevents" in args.file.name:
+        print(f"pilothouse: {args.file} is a TensorBoard event file: import its folder (the logdir) instead",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.project is not None:
+        print("pilothouse: --project is for a TensorBoard logdir; an archive keeps its run's project", file=sys.stderr)
+        return EXIT_USAGE
     try:
         archive = open_archive(args.file)
     except ArchiveError as exc:

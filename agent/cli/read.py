@@ -13,6 +13,7 @@ from pilothouse.client import Client
 from pilothouse.event_text import Narrator
 from pilothouse.text import fmt_bytes, fmt_value, printable, write_points
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, entry_body
+from pilothouse.wire.watched import STEER_HOW, USER_KINDS, WATCHED
 
 
 def add_parsers(reader: Reader) -> None:
@@ -51,13 +52,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(printable(f"pilothouse: the agent at {args.agent}: {full}; nothing new is stored until space "
                         "returns (trainers keep their records)"), file=sys.stderr)
     if not args.all:
-        runs = [r for r in runs if r["kind"] == "train"]
+        runs = [r for r in runs if r["kind"] in USER_KINDS]
     if args.json:
         json.dump(runs, sys.stdout, indent=1, default=str)
         print()
         return 0
     if not runs:
-        print(f"no runs yet on {args.agent}: add `run = pilothouse.init(project=..., name=...)` to a training script")
+        print(f"no runs yet on {args.agent}: add `run = pilothouse.init(project=..., name=...)` to a training script, "
+              "or follow its TensorBoard logs with `pilothouse watch LOGDIR`")
         return 0
     size = ("SIZE",) if args.size else ()
     rows = [("ID", "RUN", "STATUS", "STEP", *size, "HOST", "LOST", "ATTEMPT", "ALERTS", "KEY", "LAST VALUES")]
@@ -67,11 +69,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
         headline = f"{key}={fmt_value(summary[key])}" if key in summary else "-"
         values = "  ".join(f"{k}={fmt_value(v)}" for k, v in [kv for kv in summary.items() if kv[0] != key][:3])
         size = (fmt_bytes(r.get("bytes") or 0),) if args.size else ()
-        rows.append(tuple(map(printable, (r["id"], f"{r['project']}/{r['name']}", r["status"],
+        status = f"{r['status']} (watched)" if r["kind"] == WATCHED else r["status"]
+        rows.append(tuple(map(printable, (r["id"], f"{r['project']}/{r['name']}", status,
                      "-" if r["last_step"] is None else str(r["last_step"]), *size, r["host"] or "-",
                      f"{lost} rec" if lost else "0", str(r.get("attempts") or 1),
                      ",".join(r.get("alerts") or []) or "-", headline, values))))
     print_table(rows)
+    if any(r["kind"] == WATCHED for r in runs):
+        print(f"watched runs are read from TensorBoard files and cannot be steered; {STEER_HOW}")
     if args.size:
         print(f"{fmt_bytes(sum(r.get('bytes') or 0 for r in runs))} in {len(runs)} run{'s' if len(runs) != 1 else ''}")
     return 0

@@ -6,12 +6,15 @@ import argparse
 import logging
 import sqlite3
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, positive
+from pilothouse.cli.watch import NEEDS
 from pilothouse.paths import default_data_dir
 from pilothouse.security import Keyring
-from pilothouse.text import url_arg
+from pilothouse.text import printable, url_arg
 from pilothouse.wire.urls import DEFAULT_URL
 
 
@@ -26,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParse
     a.add_argument("--sample-interval", type=positive, default=1.0, help="seconds between GPU/host samples")
     a.add_argument("--stale-after", type=positive, default=5.0, help="seconds without heartbeat before a run is stale")
     a.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    a.add_argument("--watch", action="append", type=Path, metavar="LOGDIR", default=[],
+                   help="also follow this TensorBoard logdir's runs into the agent (as `pilothouse watch`); repeatable")
     a.add_argument("--recover", action="store_true",
                    help="copy what can be read of a damaged journal into a new one (the agent must be stopped), "
                         "keep the damaged file beside it, and exit")
@@ -42,6 +47,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
     data = args.data or default_data_dir()
     if args.recover:
         return _recover(args, Path(data))
+    watcher = _watcher(args) if args.watch else None
+    if isinstance(watcher, int):
+        return watcher
     try:
         agent = Agent(args.bind, data, sample_interval=args.sample_interval, stale_after=args.stale_after,
                       listen=args.listen, keys=Keyring(args.keys), alerts=args.alerts)
@@ -55,8 +63,34 @@ def cmd_agent(args: argparse.Namespace) -> int:
     except (OSError, sqlite3.Error) as exc:
         print(f"pilothouse agent: cannot use data directory {data}: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    stop = threading.Event()
+    if watcher is not None:
+        thread = threading.Thread(target=watcher.run, args=(stop,), name="pilothouse-watch", daemon=True)
+        thread.start()
     agent.serve_forever()
+    if watcher is not None:
+        stop.set()
+        thread.join(timeout=5)
     return 0
+
+
+def _watcher(args: argparse.Namespace) -> Any:
+    """``--watch``: a watcher for a thread of the agent's process, talking to the agent as a trainer does
+    (the agent's loop never waits on files); an exit status if a logdir cannot be watched."""
+    try:
+        from pilothouse.watch.follower import Watcher, WatchError
+        from pilothouse.watch.offsets import StateError
+    except ImportError:
+        print(f"pilothouse agent: {NEEDS}", file=sys.stderr)
+        return EXIT_USAGE
+    log = logging.getLogger("pilothouse.watch")
+    try:
+        watcher = Watcher(args.watch, args.bind, say=log.warning, keys=Keyring(args.keys))
+    except (WatchError, StateError) as exc:
+        print(printable(f"pilothouse agent: --watch: {exc}"), file=sys.stderr)
+        return EXIT_USAGE
+    watcher.flush_timeout = 0.0  # at exit the agent has stopped answering; the state says what it holds
+    return watcher
 
 
 def _recover(args: argparse.Namespace, data: Path) -> int:

@@ -20,6 +20,7 @@ from pilothouse.node.liveness import Liveness
 from pilothouse.wire.checks import check_command_id, check_int, query_arg
 from pilothouse.wire.messages import ACK_STATES, COMMANDS, message
 from pilothouse.wire.tuning import past_step, validate_changes
+from pilothouse.wire.watched import WATCHED, how_to_steer
 
 Reply = Callable[[bytes, dict], None]  # queue a message to a peer; sent once the turn commits
 
@@ -146,6 +147,8 @@ class CommandDesk:
         """Why the agent refuses a command before it reaches the trainer, or None."""
         row = self.store.run_row(run)
         status = self.liveness.status(run)
+        if row["kind"] == WATCHED:
+            return how_to_steer(run)
         if row["kind"] != "train":
             return f"run {run} is the node's system run (GPU and host usage): it has nothing to steer"
         if status not in ("running", "paused", "stale"):

@@ -37,6 +37,7 @@ from pilothouse.wire.messages import MAX_PAGE_POINTS, pack
 from pilothouse.wire.metric_order import by_importance, key_metric
 from pilothouse.wire.records import MAX_METRICS_PER_RUN, REC_ROLLOUTS, Column, RecordBatch, check_batch
 from pilothouse.wire.rollouts import ROLLOUT_PAGE_BYTES, ROLLOUT_SLACK, pack_batch, unpack_batch
+from pilothouse.wire.watched import WATCHED
 
 _F64 = struct.Struct("<d")
 _ABSENT = object()  # an undo entry for a key that was not there
@@ -286,7 +287,7 @@ class Store:
     def upsert_run(self, hello: dict, now: float, kind: str = "train") -> Resume | None:
         """Create or refresh a run.  Returns what the previous attempt left if another process now
         continues it (a resumed run: ``attempts`` counts it), else None: a repeated hello from the same
-        process changes nothing."""
+        process changes nothing, nor does a restarted watcher's (a watched run's attempts are its writer's)."""
         run_id = hello["run"]
         row = self.db.execute("SELECT status, pid, pid_started, host, last_step, attempts FROM runs WHERE id=?",
                               [run_id]).fetchone()
@@ -305,7 +306,7 @@ class Store:
             self.db.execute("UPDATE runs SET host=?, pid=?, pid_started=?, last_seen=?, config=?, schema=? "
                             "WHERE id=?", [hello["host"], hello["pid"], hello.get("pid_started"), now,
                              pack({**config, **hello["config"]}), pack(hello.get("schema", {})), run_id])
-            if (row[1], row[2]) != (hello["pid"], hello.get("pid_started")):
+            if kind != WATCHED and (row[1], row[2]) != (hello["pid"], hello.get("pid_started")):
                 steps = [s for s in (row[4], self._dirty_runs.pop(run_id, None)) if s is not None]
                 last_step = max(steps) if steps else None
                 # the step counts from the resume
@@ -317,7 +318,11 @@ class Store:
         """Why a hello may not open this run id, or None: a resume continues the same run, so it
         must name the run's project and name (a different one is a typo'd id or a clash).  A hello
         named by its id names none (``init`` without ``name``): it continues under the run's name."""
-        row = self.db.execute("SELECT project, name FROM runs WHERE id=?", [hello["run"]]).fetchone()
+        row = self.db.execute("SELECT project, name, kind FROM runs WHERE id=?", [hello["run"]]).fetchone()
+        if row is not None and (row[2] == WATCHED) != ("watched" in hello):
+            return (f"run id {hello['run']!r} is run {row[0]}/{row[1]}, " + (
+                "watched from its TensorBoard files: a trainer cannot take it over; use another id" if row[2] == WATCHED
+                else "logged by a trainer: a watcher cannot write into it; use another id"))
         if row is None or row[0] == hello["project"] and hello["name"] in (row[1], hello["run"]):
             return None
         return (f"run id {hello['run']!r} is run {row[0]}/{row[1]} on this agent; it cannot be resumed as "

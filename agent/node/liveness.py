@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import psutil
 
 from pilothouse.node.journal import Resume, Store
+from pilothouse.wire.watched import USER_KINDS, WATCHED
 
-WATCHED = ("running", "paused", "stale")  # statuses a silence can change
+SILENCED = ("running", "paused", "stale")  # statuses a silence can change
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Trainer:
     pid_started: float | None
     seen: float
     status: str = "running"
+    watched: bool = False  # followed from files: the watcher's exit says nothing of the training's
 
 
 class Liveness:
@@ -36,9 +38,11 @@ class Liveness:
         self.stale_after = stale_after
         self.runs: dict[str, Trainer] = {}
         now = time.time()  # after a restart, runs that were running get the usual grace period, not a verdict
-        for row in store.db.query("SELECT id, host, pid, pid_started, status FROM runs WHERE kind='train' AND "
-                                  f"status IN ({', '.join('?' * len(WATCHED))})", WATCHED):
-            self.runs[row["id"]] = Trainer(row["host"], row["pid"], row["pid_started"], now, row["status"])
+        marks = ", ".join("?" * len(USER_KINDS)), ", ".join("?" * len(SILENCED))
+        for row in store.db.query("SELECT id, host, pid, pid_started, status, kind FROM runs WHERE kind IN "
+                                  f"({marks[0]}) AND status IN ({marks[1]})", USER_KINDS + SILENCED):
+            self.runs[row["id"]] = Trainer(row["host"], row["pid"], row["pid_started"], now, row["status"],
+                                           row["kind"] == WATCHED)
 
     def get(self, run: str) -> Trainer | None:
         return self.runs.get(run)
@@ -51,9 +55,9 @@ class Liveness:
         live = self.runs.get(run)
         return live.status if live is not None else self.store.run_row(run)["status"]
 
-    def started(self, run: str, host: str, pid: int, pid_started: float | None) -> None:
+    def started(self, run: str, host: str, pid: int, pid_started: float | None, watched: bool = False) -> None:
         """A (new) process speaks for the run."""
-        self.runs[run] = Trainer(host, pid, pid_started, time.time())
+        self.runs[run] = Trainer(host, pid, pid_started, time.time(), watched=watched)
 
     def forget(self, run: str) -> None:
         """A removed run: no verdict is made on it any more."""
@@ -63,7 +67,8 @@ class Liveness:
         live = self.runs.get(run)
         if live is None:
             row = self.store.run_row(run)
-            live = self.runs[run] = Trainer(row["host"], row["pid"], row["pid_started"], now, row["status"])
+            live = self.runs[run] = Trainer(row["host"], row["pid"], row["pid_started"], now, row["status"],
+                                            row["kind"] == WATCHED)
         live.seen = now
         if live.status in ("stale", "crashed"):
             live.status = "running"
@@ -94,9 +99,9 @@ class Liveness:
         """(run, new status, seconds silent) for every run whose silence changed its status."""
         changed = []
         for run, live in self.runs.items():
-            if live.status not in WATCHED or now - live.seen < self.stale_after:
+            if live.status not in SILENCED or now - live.seen < self.stale_after:
                 continue
-            verdict = "crashed" if self._process_gone(live) else "stale"
+            verdict = "crashed" if not live.watched and self._process_gone(live) else "stale"
             if verdict != live.status:
                 live.status = verdict
                 changed.append((run, verdict, now - live.seen))

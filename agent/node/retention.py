@@ -21,6 +21,7 @@ from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.journal import Store
 from pilothouse.node.liveness import Liveness, Sessions, process_gone
+from pilothouse.wire.watched import USER_KINDS
 
 log = logging.getLogger("pilothouse.agent")
 
@@ -153,7 +154,7 @@ class Retention:
 
     def _status(self, row: dict) -> str:
         live = self.liveness.get(row["id"])
-        return live.status if live is not None and row["kind"] == "train" else row["status"]
+        return live.status if live is not None and row["kind"] in USER_KINDS else row["status"]
 
     def _ended_at(self, row: dict) -> float | None:
         """When the run ended (a stale one: when it was last heard); None while it runs."""

@@ -16,6 +16,9 @@ import psutil
 log = logging.getLogger("pilothouse.sampler")
 
 GIB = float(1 << 30)
+# NVML's clock-throttle reasons that mean "too hot or over its power brake" (nvmlClocksThrottleReason
+# HwSlowdown, SwThermalSlowdown, HwThermalSlowdown, HwPowerBrakeSlowdown); idle or a power cap is normal.
+SLOWDOWN = 0x08 | 0x20 | 0x40 | 0x80
 
 
 def _load_nvml() -> ModuleType | None:
@@ -54,7 +57,8 @@ class SystemSampler:
             self._handles = []
 
     def sample(self) -> dict[str, float]:
-        """One reading of every source, named like metrics: gpu0/util, cpu/util, ram/used_gb."""
+        """One reading of every source, named like metrics: gpu0/util, cpu/util, ram/used_gb
+        (gpu0/throttle: the slowdown reasons in effect, 0 when none)."""
         self._start()
         mem = psutil.virtual_memory()
         out = {"cpu/util": float(psutil.cpu_percent(None)), "ram/used_gb": mem.used / GIB,
@@ -71,6 +75,7 @@ class SystemSampler:
             "mem_total_gb": lambda: nvml.nvmlDeviceGetMemoryInfo(handle).total / GIB,
             "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
             "temp_c": lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
+            "throttle": lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle) & SLOWDOWN,
         }
         out = {}
         for name, read in readings.items():

@@ -50,6 +50,7 @@ from pilothouse.wire.messages import (
 from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer
 from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS, MAX_SEARCH_HITS, ROLLOUT_PAGE_BYTES
 from pilothouse.wire.urls import check_url, is_loopback
+from pilothouse.wire.watched import USER_KINDS, WATCHED
 
 log = logging.getLogger("pilothouse.agent")
 
@@ -485,15 +486,19 @@ class Agent:
             self.sessions.put_back(msg["run"], msg["rank"], owner)
             self._bad_input(ident, refusal)
             return
-        resume = self.store.upsert_run(msg, now)
+        kind = WATCHED if "watched" in msg else "train"
+        if kind == WATCHED and self.store.has_run(msg["run"]) and msg["rank"] == 0 \
+                and self.liveness.status(msg["run"]) in ("finished", "crashed", "stale"):
+            self.store.set_status(msg["run"], "running", now, reason=f"watched by pid {msg['pid']}")
+        resume = self.store.upsert_run(msg, now, kind)
         if resume is not None:
             self.store.event(msg["run"], "resumed", {
                 "attempt": resume.attempt, "host": msg["host"], "pid": msg["pid"], "started": msg.get("created", now),
                 "after": ended_as(resume, self.host), "after_step": resume.last_step})
             if resume.status in ("finished", "crashed", "stale"):
                 self.store.set_status(msg["run"], "running", now, reason=f"resumed by pid {msg['pid']}")
-        if resume is not None or self.liveness.get(msg["run"]) is None:
-            self.liveness.started(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"))
+        if resume is not None or self.liveness.get(msg["run"]) is None or kind == WATCHED:
+            self.liveness.started(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"), kind == WATCHED)
         if msg.get("alerts") is not None and msg["rank"] == 0:
             self.alerts.rules_from_hello(msg["run"], msg["alerts"])
         seq = self.store.max_seq.get(_stream(msg), 0)  # of this process's own stream: a resume starts at 0
@@ -658,7 +663,7 @@ class Agent:
         for row in rows:
             row["alerts"] = sorted(set(firing.get(row["id"], ())))  # rules firing on it now
             live = self.liveness.get(row["id"])
-            if live is not None and row["kind"] == "train":
+            if live is not None and row["kind"] in USER_KINDS:
                 row["status"] = live.status
                 row["silent"] = round(time.time() - live.seen, 1)
         return rows

@@ -21,7 +21,7 @@ import msgpack
 import zmq
 import zmq.utils.monitor
 
-from pilothouse.security import HANDSHAKE_FAILED, client_keys
+from pilothouse.security import HANDSHAKE_FAILED, Keyring, client_keys
 from pilothouse.trainer.helm import Helm
 from pilothouse.wire.messages import (
     MAX_INBOUND_BYTES,
@@ -76,9 +76,9 @@ class OutboxStats:
 class Outbox:
     def __init__(self, url: str, hello: dict, *, max_buffer_bytes: int = 256 << 20,
                  flush_interval: float = 0.02, heartbeat_interval: float = 1.0,
-                 resend_after: float = 1.0, context: zmq.Context | None = None):
+                 resend_after: float = 1.0, context: zmq.Context | None = None, keys: Keyring | None = None):
         self.url = url
-        self._curve = client_keys(url)  # the owner's local keys, or a key pinned for the URL
+        self._curve = client_keys(url, keys)  # the owner's local keys, or a key pinned for the URL
         self.hello = hello
         self.run, self.rank, self.session = hello["run"], hello["rank"], hello["session"]
         self.queue: collections.deque = collections.deque()
@@ -107,6 +107,7 @@ class Outbox:
         self._wake_r, self._wake_w = os.pipe()  # lets ack() interrupt the I/O thread's poll
         os.set_blocking(self._wake_w, False)
         self._finished = threading.Event()
+        self.welcomed = threading.Event()  # the agent answered a hello: ``stats.acked_seq`` is what it holds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pilothouse-outbox", daemon=True)
         self._thread.start()
@@ -117,13 +118,22 @@ class Outbox:
         """Ship everything, tell the agent the run ended, wait up to ``timeout`` for its ack."""
         self._finish_seq = -1  # the I/O thread fixes the real last seq once the queue is drained
         delivered = self._finished.wait(timeout)
+        self.stop()
+        return delivered
+
+    def stop(self) -> None:
+        """End the I/O thread without telling the agent the run ended (a watcher leaving a run it follows)."""
         self._stop.set()
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             os.close(self._wake_r)
             os.close(self._wake_w)
             self._wake_w = -1
-        return delivered
+
+    def continue_after(self, seq: int) -> None:
+        """Number the next record ``seq + 1``: a process continuing a stream the agent holds up to ``seq``
+        (a restarted watcher; a trainer's stream starts at 1).  Before anything is queued."""
+        self._next_seq = seq + 1
 
     def rehello(self, hello: dict) -> None:
         """The run's config or schema changed: the agent gets a new hello before the next batch."""
@@ -365,6 +375,7 @@ class Outbox:
             self._inflight_bytes = 0
         elif kind == "welcome":
             self._acked(int(msg.get("seq", 0)))
+            self.welcomed.set()
         elif kind == "finished":
             self._finished.set()
         elif kind == "cmd":

@@ -25,6 +25,7 @@ from pilothouse.wire.checks import (
 )
 from pilothouse.wire.job import check_nodes
 from pilothouse.wire.tuning import check_schema
+from pilothouse.wire.watched import SOURCES
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ZMQ_MAXMSGSIZE on a reader's socket: the agent's replies
 # What the agent takes in.  Decoding costs memory per object, not per byte (an empty map is 64 B of
@@ -99,6 +100,8 @@ def _check_hello(msg: dict) -> None:
         _wrap(check_rules, msg["alerts"], "alerts")
     if "nodes" in msg:
         _wrap(check_nodes, msg["nodes"])
+    if "watched" in msg and msg["watched"] not in SOURCES:
+        raise ProtocolError(f"'hello' watched must be one of {SOURCES} (what a watcher reads)")
     for key in ("pid_started", "created"):
         value = msg.get(key)
         if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):

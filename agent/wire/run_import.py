@@ -19,6 +19,7 @@ from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, KIND
 from pilothouse.wire.messages import MAX_HELLO_BYTES, MAX_INBOUND_BYTES, MAX_INBOUND_CONTAINERS, pack, unpack
 from pilothouse.wire.rollouts import pack_batch, unpack_batch
 from pilothouse.wire.tuning import check_schema
+from pilothouse.wire.watched import WATCHED
 
 # one import_batch's entries: bytes of points and bodies, and entries, as a trainer's batch is
 # bounded, so the frame stays under MAX_INBOUND_BYTES with room for the envelope
@@ -28,7 +29,7 @@ ENTRY_OVERHEAD = 64  # bytes an entry costs on the wire besides its points, body
 
 STATUSES = ("running", "paused", "stale", "finished", "crashed")
 ENDED = ("finished", "crashed")  # kept as archived; a run archived live comes back stale: no process feeds it
-RUN_KINDS = ("train", "system")
+RUN_KINDS = ("train", "system", WATCHED)
 COUNTERS = ("dropped_records", "dropped_points", "lost_records")
 
 

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from pilothouse.event_text import event_lines  # the same sentences as `pilothouse events`
 from pilothouse.text import printable
 from pilothouse.wire.entries import KIND_EVENT, Entry, entry_body
+from pilothouse.wire.watched import STEER_HOW, how_to_steer
 
 from ..alerts import Alert, AlertBook, Marker, is_alert, place
 from ..jobs import JobPlan, app_keys, job_ids, offers, plan_job
@@ -245,6 +246,7 @@ class MainWindow(QMainWindow):
                 self._offer_jobs()
             joined = {k: self.runs.row(k) for k in self.runs.selected()}
             rows_changed = self.runs.update_agent(url, runs)
+            self.system.note_runs(url, runs)
             if rows_changed and any(row is not None and row.members != getattr(self.runs.row(k), "members", None)
                                     for k, row in joined.items()):  # a charted run resumed on another node: its curves join
                 self.charts.show_runs(self.runs.selected(), self.store)
@@ -294,6 +296,7 @@ class MainWindow(QMainWindow):
                 self.table.resizeColumnsToContents()
             self.center.setCurrentWidget(self.tabs if self.links.agents() or self.runs.rows() else self.empty)
         self.charts.redraw()
+        self.system.redraw()
         self.status_label.setText("   ".join(_health_text(h) for h in self.health.values()) or "no agents")
 
     # --- selection ------------------------------------------------------------------------
@@ -308,6 +311,10 @@ class MainWindow(QMainWindow):
         for key in keys:
             self.runs.select(key)
         self.store.remember_selection(keys)
+        steerable = not keys or any(not getattr(self.runs.row(k), "watched", False) for k in keys)
+        for action in self.actions.values():  # a watched run has no process to steer: say how to get one
+            action.setEnabled(steerable)
+            action.setToolTip("" if steerable else f"watched from TensorBoard files; {STEER_HOW}")
         self.charts.show_runs(keys, self.store)
         self.charts.show_alerts({k: self._markers(k) for k in keys})
         self.table_model.set_slots(self.charts.slots)
@@ -436,6 +443,10 @@ class MainWindow(QMainWindow):
         if not keys:
             self.statusBar().showMessage(f"select a run to {command}", 5000)
             return
+        watched = [k for k in keys if getattr(self.runs.row(k), "watched", False)]
+        if watched:  # the agent refuses them too; said here without a round trip
+            self.statusBar().showMessage(how_to_steer(watched[0][1]), 15000)
+            keys = [k for k in keys if k not in watched]
         for agent_url, run_id in keys:
             self.calls.call(agent_url, lambda c, run=run_id: c.command(run, command, who={"client": "gui"}), command)
         self.statusBar().showMessage(f"{command}: waiting for the trainer's answer…")
@@ -537,6 +548,7 @@ class MainWindow(QMainWindow):
         if ok:
             self.links.remove(url)
             self.health.pop(url, None)
+            self.system.forget(url)
             self.alerts.set_agents([a["url"] for a in self.links.agents()])
             self._schedule()
 
@@ -611,6 +623,7 @@ class MainWindow(QMainWindow):
         for url in self.store.forget_job(run_id):
             self.links.remove(url)
             self.health.pop(url, None)
+            self.system.forget(url)
         self.alerts.set_agents(self._followed())
         self._schedule()
         return True

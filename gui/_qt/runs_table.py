@@ -11,6 +11,8 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersisten
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QMenu, QTableView
 
+from pilothouse.wire.watched import STEER_HOW
+
 from ..alerts import Alert
 from ..models import RunKey, RunRow, RunsModel
 from ..run_columns import CONFIG, FIXED, FIXED_NAMES, SUMMARY, Column, cell_text
@@ -121,7 +123,8 @@ class RunsTableModel(QAbstractTableModel):
 def _run_tip(row: RunRow) -> str:
     via = ", ".join(dict.fromkeys(agent for agent, _ in row.members)) or row.agent
     attempts = f", attempt {row.attempts}" if row.attempts > 1 else ""
-    return f"{row.title} ({row.run_id}) on {row.host or '?'} via {via}{attempts}"
+    watched = f"\nwatched from its TensorBoard files: it cannot be steered; {STEER_HOW}" if row.watched else ""
+    return f"{row.title} ({row.run_id}) on {row.host or '?'} via {via}{attempts}{watched}"
 
 
 def _header_tip(column: Column) -> str:
@@ -139,7 +142,7 @@ def _cell(row: RunRow, column: str) -> str:
     if column == "alerts":
         return f"⚠ {row.alerts}" if row.alerts else ""
     if column == "run":
-        return row.title
+        return f"{row.title} (watched)" if row.watched else row.title
     if column == "step":
         attempt = f" ↻{row.attempts}" if row.attempts > 1 else ""  # resumed: attempt 2, 3, ...
         return ("" if row.step is None else str(row.step)) + attempt

@@ -8,13 +8,19 @@ so no sample is drawn twice or skipped at the seam (as in the Charts tab).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QComboBox,
     QGridLayout,
     QGroupBox,
+    QHBoxLayout,
     QLabel,
     QScrollArea,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -22,10 +28,12 @@ from PySide6.QtWidgets import (
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX
 from pilothouse.wire.entries import KIND_METRIC, Entry, entry_points
 
+from ..gpu_grid import GpuGrid, gpu_reading, natural
 from ..local_store import LocalStore
 from ..models import RunKey
 from ..palette import PALETTE
 from .chart import ChartWidget
+from .gpu_grid import GpuGridPanel
 
 COLUMNS = 2
 CHART_HEIGHT = 200
@@ -59,6 +67,7 @@ class NodeSection(QGroupBox):
     def __init__(self, key: RunKey, host: str) -> None:
         super().__init__(f"{host}  ({key[0]})")
         self.charts: dict[str, ChartWidget] = {}
+        self.floor = 0  # journal id up to which its history was read from the store: live entries start above
         self.no_gpu = QLabel(NO_GPU)
         self.grid = QGridLayout()
         layout = QVBoxLayout(self)
@@ -96,12 +105,33 @@ class NodeSection(QGroupBox):
 
 
 class SystemPanel(QWidget):
-    """Every node's system charts, one section per agent's system run."""
+    """Every node's system charts, one section per agent's system run; with more than one node,
+    the grid of every GPU on top (``GpuGridPanel``) and the charts of one chosen node below it.
+
+    Why only one node's charts then: six charts per node are 384 plot widgets at 64 nodes, each
+    redrawing on its own timer; the grid carries the whole job, a click opens a node's charts."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.nodes: dict[RunKey, NodeSection] = {}
+        self.nodes: dict[RunKey, NodeSection] = {}  # the sections built: every node's, or the chosen one's
+        self.hosts: dict[RunKey, str] = {}  # every node with a system run
         self.seen: dict[str, int] = {}  # agent url -> journal id up to which history was loaded
+        self.store: LocalStore | None = None
+        self.grid = GpuGrid()
+        self.grid_panel = GpuGridPanel(self.grid)
+        self.grid_panel.view.selected.connect(lambda node, _gpu: self.open_node(node))
+        self.grid_dirty = False
+        self._painted = 0.0  # monotonic time of the grid's last repaint
+        self.chosen: RunKey | None = None  # with several nodes: the one whose charts are shown
+        self.choice = QComboBox()
+        self.choice_keys: list[RunKey] = []  # the chooser's nodes, in its order
+        self.choice.activated.connect(lambda i: self.open_node(self.choice_keys[i]))
+        self.choice_row = QWidget()
+        row = QHBoxLayout(self.choice_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(QLabel("Charts of node"))
+        row.addWidget(self.choice)
+        row.addStretch()
         self.hint = QLabel(HINT, alignment=Qt.AlignCenter, wordWrap=True)
         host = QWidget()
         self.column = QVBoxLayout(host)
@@ -109,41 +139,135 @@ class SystemPanel(QWidget):
         self.column.addStretch()
         scroll = QScrollArea(widgetResizable=True)
         scroll.setWidget(host)
-        QVBoxLayout(self).addWidget(scroll)
+        below = QWidget()
+        lower = QVBoxLayout(below)
+        lower.setContentsMargins(0, 0, 0, 0)
+        lower.addWidget(self.choice_row)
+        lower.addWidget(scroll)
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.addWidget(self.grid_panel)
+        self.split.addWidget(below)
+        QVBoxLayout(self).addWidget(self.split)
+        self._layout_nodes()
+
+    @property
+    def many(self) -> bool:
+        return len(self.hosts) > 1
 
     def show_agents(self, store: LocalStore) -> None:
         """Rebuild from the store: every system run's history, then live appends above the cursor."""
-        for node in self.nodes.values():
-            node.setParent(None)
-            node.deleteLater()
-        self.nodes = {}
+        self.store = store
+        self._drop_sections(lambda _: True)
+        self.grid.clear()
         with store.snapshot():
             runs = [r for r in store.runs() if r.get("kind") == "system"]
             self.seen = {agent: store.cursor(agent) for agent in {r["agent"] for r in runs}}
-            for run in runs:
-                key = (run["agent"], run["id"])
-                node = self._node(key, run.get("host") or run["id"])
+            self.hosts = {(r["agent"], r["id"]): r.get("host") or r["id"] for r in runs}
+            for agent in self.seen:
+                self.grid.note_runs(agent, store.runs(agent))
+            if self.chosen not in self.hosts:
+                self.chosen = min(self.hosts, key=self._order, default=None)
+            for key, host in self.hosts.items():
+                node = self._section(key) if not self.many or key == self.chosen else None
                 for metric in store.metrics(*key):
-                    _, vals, times = store.series(*key, metric)
-                    node.append(metric, times, vals)
-        self.hint.setVisible(not self.nodes)
+                    if node is not None:  # its charts: every point
+                        _, vals, times = store.series(*key, metric)
+                        node.append(metric, times, vals)
+                    elif gpu_reading(metric) is None:
+                        continue
+                    else:  # the grid's history only: the last readings, whatever the run's length
+                        _, vals, times = store.series_tail(*key, metric, self.grid.history)
+                    self.grid.add(key, metric, times, vals, host=host)
+        self.grid_dirty = True
+        self._layout_nodes()
 
     def add_entries(self, agent: str, entries: list[Entry]) -> None:
         """Live samples; a node first seen here (its run not yet in the store) gets a section too.
         The floor moves up with each entry, so a re-delivered page adds nothing."""
+        heard = time.time()
+        count = len(self.hosts)
         for e in entries:
             if e.id <= self.seen.get(agent, 0):
                 continue
             self.seen[agent] = e.id
             if e.kind != KIND_METRIC or not e.run.startswith(SYSTEM_RUN_PREFIX):
                 continue
+            key = (agent, e.run)
+            host = self.hosts.setdefault(key, e.run.removeprefix(SYSTEM_RUN_PREFIX))
             _, vals, times = entry_points(e)
-            self._node((agent, e.run), e.run.removeprefix(SYSTEM_RUN_PREFIX)).append(e.metric, times, vals)
-        self.hint.setVisible(not self.nodes)
+            self.grid_dirty |= self.grid.add(key, e.metric, times, vals, host=host, heard=heard)
+            node = self.nodes.get(key)
+            if node is None and not self.many:
+                node = self._section(key)
+            if node is not None and e.id > node.floor:
+                node.append(e.metric, times, vals)
+        if len(self.hosts) != count:
+            self._layout_nodes()
 
-    def _node(self, key: RunKey, host: str) -> NodeSection:
+    def note_runs(self, agent: str, runs: list[dict]) -> None:
+        """An agent's run list: a GPU of its node is idle only while one of its runs is running."""
+        self.grid.note_runs(agent, runs)
+        self.grid_dirty = True
+
+    def forget(self, agent: str) -> None:
+        """The app stopped following this agent: its node leaves the grid, the chooser and the charts."""
+        self.grid.forget(agent)
+        self.hosts = {k: h for k, h in self.hosts.items() if k[0] != agent}
+        self._drop_sections(lambda k: k[0] == agent)
+        if len(self.hosts) == 1 and not self.nodes:  # one node left: its charts, as with one node from the start
+            self.open_node(next(iter(self.hosts)))
+        self._layout_nodes()
+
+    def redraw(self) -> None:
+        """The app's coalescing timer: repaint the grid once for every reading since the last time, and
+        at least once a second (a node that went silent turns missing without a new reading)."""
+        if self.many and (self.grid_dirty or time.monotonic() - self._painted >= 1.0):
+            self.grid_dirty = False
+            self._painted = time.monotonic()
+            self.grid_panel.refresh()
+
+    def open_node(self, key: RunKey) -> None:
+        """Show this node's charts below the grid (built from the store), in place of the last one's."""
+        if key not in self.hosts or key in self.nodes:
+            return
+        self.chosen = key
+        self._drop_sections(lambda k: k != key)
+        node = self._section(key)
+        if self.store is not None:
+            with self.store.snapshot():
+                node.floor = self.store.cursor(key[0])
+                for metric in self.store.metrics(*key):
+                    _, vals, times = self.store.series(*key, metric)
+                    node.append(metric, times, vals)
+        self._layout_nodes()
+
+    def _drop_sections(self, which: Callable[[RunKey], bool]) -> None:
+        for key in [k for k in self.nodes if which(k)]:
+            section = self.nodes.pop(key)
+            section.setParent(None)  # gone from the column now, not at the event loop's next turn
+            section.deleteLater()
+
+    def _order(self, key: RunKey) -> tuple:
+        return natural(self.hosts[key]), key
+
+    def _section(self, key: RunKey) -> NodeSection:
         node = self.nodes.get(key)
         if node is None:
-            node = self.nodes[key] = NodeSection(key, host)
+            node = self.nodes[key] = NodeSection(key, self.hosts[key])
             self.column.insertWidget(self.column.count() - 1, node)  # above the stretch
         return node
+
+    def _layout_nodes(self) -> None:
+        """The grid and the node chooser only with several nodes; the hint only with none."""
+        self.hint.setVisible(not self.hosts)
+        self.grid_panel.setVisible(self.many)
+        self.choice_row.setVisible(self.many)
+        if self.many:
+            if self.chosen is None or self.chosen not in self.nodes:
+                self.chosen = next(iter(self.nodes), None)
+            self.choice.clear()
+            self.choice_keys = sorted(self.hosts, key=self._order)
+            self.choice.addItems([f"{self.hosts[key]}  ({key[0]})" for key in self.choice_keys])
+            if self.chosen is not None:
+                self.choice.setCurrentIndex(self.choice_keys.index(self.chosen))
+            self.grid_dirty = True

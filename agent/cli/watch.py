@@ -1,0 +1,69 @@
+"""``pilothouse watch LOGDIR...`` follows TensorBoard logdirs live into an agent, and
+``pilothouse import LOGDIR`` brings finished ones in once; the reading is ``pilothouse.watch``'s."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, name_arg
+from pilothouse.client import AgentUnavailable
+from pilothouse.security import Keyring
+from pilothouse.text import printable, url_arg
+
+NEEDS = "watching TensorBoard logdirs needs tensorboard's event reader: pip install 'pilothouse[tensorboard]'"
+
+
+def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParser, default_agent: str) -> None:
+    w = sub.add_parser("watch", parents=[keys_arg],
+                       help="follow TensorBoard logdirs live into an agent (no code change)")
+    w.add_argument("logdirs", nargs="+", type=Path, metavar="LOGDIR",
+                   help="a folder of runs: every folder under it holding event files becomes a run")
+    w.add_argument("--agent", type=url_arg, default=default_agent, help=f"agent URL (default {default_agent})")
+    add_project(w)
+    w.set_defaults(func=cmd_watch)
+
+
+def add_project(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", type=name_arg("project"), help="the runs' project (default: the LOGDIR's name)")
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    return follow(args, stop, once=False)
+
+
+def cmd_import_logdir(args: argparse.Namespace) -> int:
+    """``pilothouse import LOGDIR``: each run once, then finished; importing it again adds nothing."""
+    return follow(args, threading.Event(), once=True, logdirs=[args.file])
+
+
+def follow(args: argparse.Namespace, stop: threading.Event, once: bool, logdirs: list[Path] | None = None) -> int:
+    try:
+        from pilothouse.watch.follower import Watcher, WatchError
+        from pilothouse.watch.offsets import StateError
+    except ImportError:
+        print(f"pilothouse: {NEEDS}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        watcher = Watcher(logdirs or args.logdirs, args.agent, args.project, once=once, say=_say,
+                          keys=Keyring(args.keys))
+    except (WatchError, StateError) as exc:
+        print(printable(f"pilothouse: {exc}"), file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return watcher.run(stop)
+    except KeyboardInterrupt:
+        return 0  # the watcher kept what the agent acknowledged; a restart goes on from there
+    except AgentUnavailable as exc:
+        print(printable(f"pilothouse: {exc}"), file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _say(line: str) -> None:
+    print(printable(line), file=sys.stderr, flush=True)
+
