@@ -24,10 +24,20 @@ from pilothouse.security import HANDSHAKE_FAILED, Keyring, SecurityError, client
 from pilothouse.tiers import RECORD, level_for
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_METRIC, KIND_ROLLOUTS, Entry, Page, check_page, join_chunks
-from pilothouse.wire.messages import ACK_STATES, MAX_MESSAGE_BYTES, ProtocolError, message, pack, unpack
+from pilothouse.wire.messages import (
+    ACK_STATES,
+    MAX_MESSAGE_BYTES,
+    MAX_PAGE_POINTS,
+    ProtocolError,
+    message,
+    pack,
+    unpack,
+)
 from pilothouse.wire.records import check_rollouts
 from pilothouse.wire.rollouts import MAX_SEARCH_HITS, unpack_batch
 from pilothouse.wire.urls import DEFAULT_URL, check_url
+
+MAX_GATHER = 64  # messages ``follow`` takes from its queue into one page at most (an agent's most credit)
 
 
 class AgentError(RuntimeError):
@@ -315,44 +325,80 @@ class Client:
     def follow(self, after: int = 0, run: str | None = None, kinds: Iterable[str] | None = None,
                credit: int = 8, idle: float = 0.5, resubscribe: float = 2.0) -> Iterator[Page]:
         """History after ``after``, then live entries, forever.  Yields an empty page every
-        ``idle`` seconds without data so the caller can stop or redraw."""
-        sub = message("sub", after=after, credit=credit, run=run, kinds=list(kinds or []))
+        ``idle`` seconds without data so the caller can stop or redraw.  Pages already queued
+        when one arrives are yielded with it as one (up to MAX_PAGE_POINTS points, MAX_GATHER
+        messages): a caller that falls behind gets fewer, larger pages, so what it pays per page
+        does not pile up.
+
+        After ``resubscribe`` seconds with nothing to read (the agent restarted, or dropped this
+        reader) it subscribes again from its cursor, under a new number the agent echoes in each
+        page: pages of the earlier sub still in flight are dropped, since the new one reads them
+        again (a re-read may hold them packed under a higher id: kept, they would arrive twice)."""
+        sub = message("sub", after=after, credit=credit, run=run, kinds=list(kinds or []), sub=0)
         cursor = after
         last_heard = 0.0
+        held: Page | None = None  # a page of another journal than the one yielded with it
         try:
             while True:
-                now = time.monotonic()
-                if now - last_heard > resubscribe:  # first time, or the agent went quiet / restarted
-                    sub["after"] = cursor
-                    try:
-                        self._socket().send(pack(sub), zmq.NOBLOCK)
-                        last_heard = now
-                    except zmq.Again:  # not connected yet: ask again as soon as it is, not in 2 s
-                        self._socket().poll(int(idle * 1000), zmq.POLLOUT)
-                        if time.monotonic() - now < idle:
-                            continue
-                if not self._socket().poll(int(idle * 1000), zmq.POLLIN):
-                    yield Page([], cursor)
-                    continue
-                msg = _decode(self._socket().recv())
-                if msg.get("t") != "data":
-                    continue
-                last_heard = time.monotonic()
-                self._socket().send(pack(message("credit", n=1)), zmq.NOBLOCK)
-                try:
-                    page = check_page(msg.get("entries"), msg.get("cursor"))
-                except ProtocolError:
-                    continue  # a malformed page is skipped; its credit is returned all the same
-                fresh = [e for e in page.entries if e.id > cursor]
+                if held is not None:
+                    page, held = held, None
+                else:
+                    now = time.monotonic()
+                    if now - last_heard > resubscribe and not (last_heard and self._socket().poll(0, zmq.POLLIN)):
+                        sub["after"], sub["sub"] = cursor, next(self._ids)  # quiet, not merely unread: ask again
+                        try:
+                            self._socket().send(pack(sub), zmq.NOBLOCK)
+                            last_heard = now
+                        except zmq.Again:  # not connected yet: ask again as soon as it is, not in 2 s
+                            self._socket().poll(int(idle * 1000), zmq.POLLOUT)
+                            if time.monotonic() - now < idle:
+                                continue
+                    if not self._socket().poll(int(idle * 1000), zmq.POLLIN):
+                        yield Page([], cursor)
+                        continue
+                    heard, page = self._page(sub["sub"])
+                    if heard:  # an earlier sub's page too: the agent is there, the new sub queued
+                        last_heard = time.monotonic()
+                    if page is None:
+                        continue
+                entries = [e for e in page.entries if e.id > cursor]  # a packed entry's part, too (wire.entries)
                 cursor = max(cursor, page.cursor)
-                journal = msg.get("journal")
-                yield Page(fresh, cursor, journal if isinstance(journal, str) and 0 < len(journal) <= 64 else None)
+                points, taken = sum(e.n for e in entries), 1
+                while points < MAX_PAGE_POINTS and taken < MAX_GATHER and self._socket().poll(0, zmq.POLLIN):
+                    taken += 1  # messages, pages or not: a stream of garbage cannot hold the caller here
+                    _, more = self._page(sub["sub"])
+                    if more is None:
+                        continue
+                    if more.journal != page.journal:
+                        held = more
+                        break
+                    entries += [e for e in more.entries if e.id > cursor]
+                    points += sum(e.n for e in more.entries)
+                    cursor = max(cursor, more.cursor)
+                yield Page(entries, cursor, page.journal)
         finally:
             if self._sock is not None:
                 try:
                     self._sock.send(pack(message("unsub")), zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass
+
+    def _page(self, sub: int) -> tuple[bool, Page | None]:
+        """The next message: whether it is a page at all, and the page if it answers ``sub`` and is
+        well formed (its credit is returned; an earlier sub's credit died with it)."""
+        msg = _decode(self._socket().recv())
+        if msg.get("t") != "data":
+            return False, None
+        if msg.get("sub", sub) != sub:  # an agent that does not echo it: every page is current
+            return True, None
+        self._socket().send(pack(message("credit", n=1)), zmq.NOBLOCK)
+        try:
+            page = check_page(msg.get("entries"), msg.get("cursor"))
+        except ProtocolError:
+            return True, None  # a malformed page is skipped; its credit is returned all the same
+        journal = msg.get("journal")
+        page.journal = journal if isinstance(journal, str) and 0 < len(journal) <= 64 else None
+        return True, page
 
 
 def claimed_sender(who: dict[str, str] | None = None) -> dict[str, str]:

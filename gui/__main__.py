@@ -11,12 +11,17 @@ from pilothouse.security import ENV_KEYS, SecurityError, client_keys
 from pilothouse.text import url_arg
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pilothouse gui", description="The Pilothouse desktop app.")
     parser.add_argument("--agent", action="append", type=url_arg, default=[],
                         help="agent URL to follow (repeatable); added to the remembered agents")
     parser.add_argument("--store", help="the app's local store file (default: the user data dir)")
     parser.add_argument("--keys", help=f"CurveZMQ keyring directory (default: ${ENV_KEYS} or the user config dir)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = arguments()
     args = parser.parse_args(argv)
     if args.keys:
         os.environ[ENV_KEYS] = args.keys  # every link's Client reads the keyring from here

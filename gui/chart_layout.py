@@ -43,6 +43,12 @@ def constant_value(y_ranges: Iterable[tuple[float, float] | None], x_ranges: Ite
     return values.pop() if len(values) == 1 else None
 
 
+def varies(y_ranges: Iterable[tuple[float, float] | None], all_finite: bool) -> bool:
+    """Whether a chart can never be constant again as points and curves are added: it holds a
+    NaN/Inf, or two values (so a live chart need not be checked again on each append)."""
+    return not all_finite or len({v for r in y_ranges if r is not None for v in r}) > 1
+
+
 @dataclass(frozen=True)
 class Arrangement:
     shown: list[str]  # in grid order

@@ -74,6 +74,8 @@ _TRIGGERS = (
     f"""CREATE TRIGGER IF NOT EXISTS entry_bytes AFTER INSERT ON entries BEGIN
         INSERT INTO run_bytes VALUES (NEW.agent, NEW.run, {_ENTRY_BYTES})
         ON CONFLICT(agent, run) DO UPDATE SET bytes = bytes + excluded.bytes; END""",
+    """CREATE TRIGGER IF NOT EXISTS part_bytes AFTER UPDATE OF n ON entries BEGIN
+        UPDATE run_bytes SET bytes = bytes + 24 * (NEW.n - OLD.n) WHERE agent=NEW.agent AND run=NEW.run; END""",
     """CREATE TRIGGER IF NOT EXISTS removed_entries BEFORE INSERT ON entries WHEN EXISTS
         (SELECT 1 FROM removed_runs WHERE agent=NEW.agent AND run=NEW.run) BEGIN SELECT RAISE(IGNORE); END""",
     """CREATE TRIGGER IF NOT EXISTS removed_run_rows BEFORE INSERT ON runs WHEN EXISTS
@@ -252,18 +254,37 @@ class LocalStore:
 
     # --- writing (a link's thread) -------------------------------------------------------
 
-    def write_page(self, url: str, entries: Sequence[Sequence], cursor: int) -> None:
+    def write_page(self, url: str, entries: Sequence[Sequence], cursor: int,
+                   runs: Iterable[dict] | None = None) -> None:
         """Entries as received (fields in protocol.ENTRY_FIELDS order) and the cursor they
-        reach, in one transaction.  Re-writing a page is harmless."""
+        reach, and the agent's run list if given (``put_runs``), in one transaction.  Re-writing a
+        page is harmless.  A metric entry held above the
+        cursor is a packed entry's part (see ``pilothouse.wire.entries``): its rest, arriving later
+        under the same id, is appended to it (an entry at or below the cursor is a repeat)."""
         with transaction(self.db):
+            before = self.cursor(url)
             insert = self.db.conn.cursor()
             stored = [e for e in entries  # what was not stored before (nor dropped for a removed run)
                       if insert.execute("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                                        (url, *e)).rowcount == 1]
+                                        (url, *e)).rowcount == 1
+                      or e[0] > before and e[2] == KIND_METRIC and self._append_part(url, e)]
             self.tiers.add(url, stored)
             self.db.execute("INSERT INTO agents (url, added, cursor, remembered) VALUES (?, ?, ?, 0) "
                             "ON CONFLICT(url) DO UPDATE SET cursor=MAX(cursor, excluded.cursor)",
                             [url, time.time(), cursor])
+            if runs is not None:
+                self._put_runs(url, runs)
+
+    def _append_part(self, url: str, e: Sequence) -> bool:
+        """The rest of a packed entry this store holds a part of (not for a run removed from the app)."""
+        row = self.db.execute("SELECT n, steps, vals, times FROM entries WHERE agent=? AND id=? AND run=? AND NOT "
+                              "EXISTS (SELECT 1 FROM removed_runs WHERE agent=? AND run=?)",
+                              [url, e[0], e[1], url, e[1]]).fetchone()
+        if row is None:
+            return False
+        self.db.execute("UPDATE entries SET n=?, steps=?, vals=?, times=? WHERE agent=? AND id=?",
+                        [row[0] + e[5], row[1] + e[6], row[2] + e[7], row[3] + e[8], url, e[0]])
+        return True
 
     def index_rollouts(self, text_bytes: int = INDEX_TEXT_BYTES) -> bool:
         """One transaction of rollout indexing (about ``text_bytes`` of text); whether more is queued.
@@ -274,12 +295,14 @@ class LocalStore:
 
     def put_runs(self, url: str, runs: Iterable[dict]) -> None:
         """Upsert the run dicts ``Client.runs()`` returned by this agent."""
-        now = time.time()
-        rows = [(url, r["id"], *(_column(r.get(c)) for c in _RUN_COLUMNS), now,
-                 pack(r)) for r in runs]
         with transaction(self.db):
-            marks = ",".join("?" * (len(_RUN_COLUMNS) + 4))
-            self.db.conn.executemany(f"INSERT OR REPLACE INTO runs VALUES ({marks})", rows)
+            self._put_runs(url, runs)
+
+    def _put_runs(self, url: str, runs: Iterable[dict]) -> None:
+        now = time.time()
+        rows = [(url, r["id"], *(_column(r.get(c)) for c in _RUN_COLUMNS), now, pack(r)) for r in runs]
+        marks = ",".join("?" * (len(_RUN_COLUMNS) + 4))
+        self.db.conn.executemany(f"INSERT OR REPLACE INTO runs VALUES ({marks})", rows)
 
     # --- reading -------------------------------------------------------------------------
 

@@ -110,6 +110,7 @@ class RunsModel:
         self.filter_text = ""
         self._each: dict[RunKey, RunRow] = {}  # as every agent reports its runs
         self._rows: dict[RunKey, RunRow] = {}  # one per run, its members joined (``_join``)
+        self._by_id: dict[str, set[RunKey]] = {}  # the keys in ``_each`` of each run id
         self._alerts: dict[RunKey, int] = {}
         self._selected: list[RunKey] = []
         self._columns: list[Column] | None = None  # the extra columns chosen; None: the default ones
@@ -119,31 +120,52 @@ class RunsModel:
         """Replace every run (dicts carrying ``agent``, as ``LocalStore.runs()`` returns)."""
         self._each = {}
         self._merge(runs, None)
+        self._join()
 
-    def update_agent(self, agent: str, runs: Iterable[dict]) -> None:
-        """Refresh one agent's runs (from a link's batch); the others' are left as they are."""
-        self._merge(runs, agent)
+    def update_agent(self, agent: str, runs: Iterable[dict]) -> bool:
+        """Refresh one agent's runs (from a link's batch); the others' are left as they are.  Only
+        the rows of the run ids that changed are joined again, so each agent's once-a-second list
+        costs its own runs, not every agent's.  True when a row changed."""
+        ids = self._merge(runs, agent)
+        for run_id in ids:
+            self._join(run_id)
+        return bool(ids)
 
-    def _merge(self, runs: Iterable[dict], agent: str | None) -> None:
+    def _merge(self, runs: Iterable[dict], agent: str | None) -> set[str]:
+        """Take the runs in; the ids of those that changed (a row or its summary and config)."""
+        changed = set()
         for run in runs:
             if self.include_system or run.get("kind", "train") in USER_KINDS:
                 row = RunRow.from_run(run, agent)
-                self._each[row.key] = row
-        self._join()
+                old = self._each.get(row.key)
+                if old is None or old != row or old.summary != row.summary or old.config != row.config:
+                    self._each[row.key] = row
+                    self._by_id.setdefault(row.run_id, set()).add(row.key)
+                    changed.add(row.run_id)
+        return changed
 
-    def _join(self) -> None:
+    def _join(self, run_id: str | None = None) -> None:
         """One row per run: a run resumed on another node shows where it is now (status, step, host,
-        last values: its latest member's) under the key of its first, with every attempt counted."""
-        self._rows = {}
-        each = self._each.items()
+        last values: its latest member's) under the key of its first, with every attempt counted.
+        With ``run_id``, only the rows of that id are joined again (members share their id)."""
+        if run_id is None:
+            self._rows, self._by_id = {}, {}
+            for key in self._each:
+                self._by_id.setdefault(key[1], set()).add(key)
+            keys: Iterable[RunKey] = self._each
+        else:
+            keys = self._by_id.get(run_id, ())
+            for key in keys:
+                self._rows.pop(key, None)
+        each = [(k, self._each[k]) for k in keys]
         apart = {k for k, r in each if r.job_node}
-        for key, keys in members(((k, r.project, r.created) for k, r in each), apart).items():
-            rows = [self._each[k] for k in keys]
+        for key, group in members(((k, r.project, r.created) for k, r in each), apart).items():
+            rows = [self._each[k] for k in group]
             first, last = rows[0], rows[-1]
             self._rows[key] = replace(last, agent=first.agent, name=first.name, created=first.created,
-                                      attempts=sum(r.attempts for r in rows), members=tuple(keys),
+                                      attempts=sum(r.attempts for r in rows), members=tuple(group),
                                       lost_records=sum(r.lost_records for r in rows),
-                                      alerts=sum(self._alerts.get(k, 0) for k in keys))
+                                      alerts=sum(self._alerts.get(k, 0) for k in group))
 
     def set_alerts(self, counts: Mapping[RunKey, int]) -> None:
         """Firing alerts per run (runs left out have none), e.g. ``AlertBook.counts()``."""

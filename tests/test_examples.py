@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -49,3 +51,48 @@ def test_example_runs_to_the_end_and_is_recorded(agent_proc, cmd, steps):
     assert run["status"] == "finished" and run["last_step"] == steps
     if zero_config:
         assert run["key"] == "reward"
+
+
+SHELL_BREAKS = re.compile(r"\s(?:&&|\|\||[;|&]|>|2>&1)(?:\s|$)|\s&$")
+
+
+def commands(text: str, program: str) -> list[list[str]]:
+    """Every ``program ...`` command of a script's lines or a README's code (blocks and `spans`),
+    continuation lines joined, cut at the shell's operators, $VARIABLES and <placeholders> filled."""
+    text = text.replace("\\\n", " ")
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    code = [span for line in lines for span in (re.findall(r"`([^`]+)`", line) or [line])]
+    out = []
+    for piece in code:
+        for m in re.finditer(rf"(?:^|[\s(]){program} .*", piece):
+            line = SHELL_BREAKS.split(m.group(0).strip(" (") + " ")[0]
+            line = re.sub(r'"?\$\(?\{?[A-Za-z_][A-Za-z0-9_]*\}?(?::\d+)?"?|<[^>]+>', "x", line)
+            out.append(shlex.split(line, comments=True)[1:])
+    return out
+
+
+def test_the_slurm_script_and_its_readme_section_use_only_flags_that_exist():
+    """No Slurm here, so the script is not run; each `pilothouse` and `torchrun` command in it and in
+    the README's Slurm section is parsed by the real parsers (a renamed or missing flag fails)."""
+    from torch.distributed.run import get_args_parser
+
+    from pilothouse.cli import _parser
+    from pilothouse.gui.__main__ import arguments as gui_arguments
+
+    script = (ROOT / "examples" / "slurm_job.sbatch").read_text()
+    assert subprocess.run(["bash", "-n", str(ROOT / "examples" / "slurm_job.sbatch")]).returncode == 0
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### A multi-node Slurm job"):readme.index("### A Ray cluster")]
+    found = commands(script, "pilothouse") + commands(section, "pilothouse")
+    assert {argv[0] for argv in found} >= {"agent", "runs", "gui", "keys"}
+    for argv in found:
+        try:
+            (gui_arguments().parse_args(argv[1:]) if argv[0] == "gui" else _parser().parse_args(argv))
+        except SystemExit:
+            raise AssertionError(f"pilothouse {' '.join(argv)}: not a valid command") from None
+    runs = commands(script, "torchrun")
+    assert len(runs) == 1 and "examples/torchrun_ddp.py" in runs[0]
+    assert [argv for argv in commands(section, "torchrun") if argv[:1] == ["--nnodes"]] == runs  # as documented
+    args = get_args_parser().parse_args(runs[0])
+    assert (args.rdzv_backend, args.training_script) == ("c10d", "examples/torchrun_ddp.py")
+    assert (ROOT / args.training_script).exists() and "--steps" in args.training_script_args

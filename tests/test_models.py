@@ -100,3 +100,23 @@ def test_compared_runs_are_labelled_by_name_with_the_id_only_for_twins():
     assert run_labels({a: "base", b: "tuned"}) == {a: "base", b: "tuned"}
     assert run_labels({a: "base", b: "tuned", c: "base", d: ""}) == {
         a: "base (aaaa1111)", b: "tuned", c: "base (cccc3333)", d: "dddd4444"}  # no name: the id
+
+
+def test_an_agents_run_list_joins_only_what_changed_and_equals_a_whole_join():
+    """Each agent's once-a-second list re-joins only the run ids whose rows changed (the app's cost
+    per list is that agent's runs, not every agent's): the rows equal a join of everything."""
+    m = model()
+    a_runs = [run("a", "r1", "finished", created=1), run("a", "r2", "running", created=2),
+              run("a", "r6", "running", created=6)]
+    assert m.update_agent("a", a_runs) is False  # the same list again: nothing to join or redraw
+    a_runs[1] = run("a", "r2", "running", created=2, summary={"reward/mean": 0.9})
+    assert m.update_agent("a", a_runs) is True
+    assert m.row(("a", "r2")).key_value == 0.9  # a last value alone is a change
+    resumed = run("b", "r1", "running", created=20)  # a's r1, resumed on b
+    assert m.update_agent("b", [resumed]) is True
+    whole = RunsModel()
+    whole.set_runs([*a_runs, run("b", "r3", "crashed", name="lr1e-4", created=3), run("b", "r4", "paused", created=4),
+                    run("b", "r5", "stale", created=5), resumed])
+    assert m.rows() == whole.rows()
+    assert m.row(("a", "r1")).members == (("a", "r1"), ("b", "r1")) and m.row(("b", "r1")) is None
+    assert (m.row(("a", "r1")).status, m.row(("a", "r1")).attempts) == ("running", 2)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 
 import numpy as np
-from conftest import finish, free_port, start_trainer, wait_until
+import zmq
+from conftest import AgentProcess, as_owner, batch_fields, finish, free_port, start_trainer, wait_until
 
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.network import AgentLink, Links
+from pilothouse.node.compactor import Compactor
+from pilothouse.node.journal import Store
+from pilothouse.wire.entries import KIND_METRIC, entry_points
+from pilothouse.wire.messages import pack, unpack
 
 TRAINER = """
 run = ph.init(project="net", name=ARGS[0], agent=URL, heartbeat=0.2)
@@ -178,3 +184,164 @@ def test_an_agent_restarted_on_a_new_journal_is_followed_from_its_start(tmp_path
     finally:
         link.stop()
         first.stop()
+
+
+def write_packed_history(path, runs: list[str], steps: int) -> int:
+    """Finished runs logging "loss" every step and "reward" every third, 13 steps per batch, packed
+    as the agent packs them: the two streams' packed entries overlap at uneven ids, so pages of
+    200 k points end inside one (the second and third page too).  Returns the journal's head."""
+    store = Store(path)
+    now = time.time()
+    for run in runs:
+        store.begin()
+        store.upsert_run({"run": run, "project": "pack", "name": run, "host": socket.gethostname(), "pid": 1,
+                          "pid_started": None, "config": {}}, now)
+        for lo in range(0, steps, 13):
+            recs = [(0, s, now + s, {"loss": 1.0 / (s + 1), **({"reward": float(s)} if s % 3 == 0 else {})})
+                    for s in range(lo, min(lo + 13, steps))]
+            store.ingest((run, 0, ""), lo + 1, lo + 1, batch_fields(recs), now)
+        store.set_status(run, "finished", now)
+        store.commit()
+    compactor = Compactor(store)
+    while compactor.pending():
+        store.begin()
+        compactor.step()
+        store.commit()
+    after, parts = 0, 0
+    while (page := store.read(after))[0]:
+        parts += sum(e.id > page[1] for e in page[0])
+        after = page[1]
+    head = store.head
+    store.db.close()
+    assert parts >= 2, "pages end inside no packed entry beyond the first: the test would not test it"
+    return head
+
+
+def test_a_packed_history_arrives_once_though_pages_end_inside_packed_entries_and_the_link_stalls(tmp_path):
+    """A page ending inside a packed entry carries its part above the page's cursor, the rest comes
+    under the same id (the app dropped such pages whole as malformed, and its store would have kept
+    the part only).  The link's thread stalls past ``Client.follow``'s resubscribe time with pages
+    queued (as when the app holds it): it reads them rather than subscribing again.  Each point
+    reaches the callback and the store exactly once, in order, bit for bit."""
+    runs, steps = ["a", "b", "c", "d"], 96_000  # 512 k points: three pages, two end inside packed entries
+    proc = AgentProcess(tmp_path / "agent", free_port())
+    proc.data.mkdir()
+    head = write_packed_history(proc.data / "journal.sqlite", runs, steps)
+    proc.start()
+    got: dict[tuple[str, str], list] = {}
+    stalls = [2.5]  # once, on the first page with points: longer than the 2 s resubscribe time
+
+    def on_batch(url, entries, runs_):
+        if entries and stalls:
+            time.sleep(stalls.pop())
+        for e in entries:
+            if e.kind == KIND_METRIC and e.run in runs:
+                s, v, _ = entry_points(e)
+                got.setdefault((e.run, e.metric), []).extend(zip(s.tolist(), v.tolist()))
+
+    path = tmp_path / "app.sqlite"
+    link = AgentLink(proc.url, path, on_batch=on_batch)
+    link.start()
+    store = LocalStore(path)
+    try:
+        wait_until(lambda: store.cursor(proc.url) >= head, timeout=60, what="the history stored")
+        time.sleep(1.0)  # what a second sub would repeat has arrived by now
+        want = {"loss": [(s, 1.0 / (s + 1)) for s in range(steps)],
+                "reward": [(s, float(s)) for s in range(0, steps, 3)]}
+        with proc.client() as client:
+            for run in runs:
+                for metric, points in want.items():
+                    assert got[(run, metric)] == points, f"{run}/{metric}: a point missing, repeated or out of order"
+                    s, v, _ = store.series(proc.url, run, metric)
+                    assert list(zip(s.tolist(), v.tolist())) == points, f"stored {run}/{metric}"
+                    s, v, _ = client.series(run, metric)  # Client.history: pages with parts, too
+                    assert list(zip(s.tolist(), v.tolist())) == points, f"read back {run}/{metric}"
+        sizes = {(a, r): b for a, r, b in store.db.execute("SELECT agent, run, bytes FROM run_bytes")}
+        assert all(sizes[(proc.url, run)] >= 24 * steps * 4 // 3 for run in runs)  # a part's rest counted
+    finally:
+        link.stop()
+        store.close()
+        proc.stop()
+
+
+def test_each_page_names_the_sub_it_answers_so_an_earlier_subs_pages_are_told_apart(agent_proc):
+    """A reader that subscribes again (after silence) may still receive pages of its earlier sub,
+    which the new sub reads again, packed under a higher id by then: ``Client.follow`` drops
+    pages whose number is not its latest sub's.  A bad number is refused."""
+    sock = as_owner(zmq.Context.instance().socket(zmq.DEALER))
+    sock.connect(agent_proc.url)
+    try:
+        def pages(until: int) -> list[dict]:
+            out: list[dict] = []
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not (out and out[-1].get("sub") == until):
+                if sock.poll(200, zmq.POLLIN):
+                    msg = unpack(sock.recv())
+                    assert msg["t"] == "data", msg
+                    out.append(msg)
+                    sock.send(pack({"t": "credit", "n": 1}))
+            return out
+
+        sock.send(pack({"t": "sub", "after": 0, "credit": 2, "run": None, "kinds": [], "sub": 7}))
+        assert [p["sub"] for p in pages(7)][-1] == 7
+        sock.send(pack({"t": "sub", "after": 0, "credit": 2, "run": None, "kinds": [], "sub": 8}))
+        numbers = [p["sub"] for p in pages(8)]
+        assert numbers[-1] == 8 and set(numbers) <= {7, 8} and numbers == sorted(numbers)
+        for bad in (-1, "8", 2 ** 63):
+            sock.send(pack({"t": "sub", "after": 0, "credit": 2, "run": None, "kinds": [], "sub": bad}))
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and sock.poll(int((deadline - time.monotonic()) * 1000), zmq.POLLIN):
+                msg = unpack(sock.recv())
+                if msg["t"] == "err":
+                    assert "'sub' number" in msg["msg"]
+                    break
+            else:
+                raise AssertionError(f"sub number {bad!r} not refused")
+    finally:
+        sock.close(linger=0)
+
+
+def test_a_links_batch_writes_pages_that_come_together_once_and_waits_longer_when_writes_slow():
+    """Pages close together are one write (each costs about the same: the tiers fold every level of
+    each metric it touches); a page alone is written as soon as an empty page says nothing follows;
+    a slow write (a busy app) makes the next batch wait longer, never past MAX_WRITE_WAIT."""
+    from pilothouse.gui.network import MAX_WRITE_WAIT, WRITE_S, Batch
+    from pilothouse.wire.entries import Entry, Page
+
+    def entry(i: int) -> Entry:
+        return Entry(i, "r", "m", "loss", 0, 1, b"\0" * 8, b"\0" * 8, b"\0" * 8, None)
+
+    batch = Batch(0)
+    assert not batch.due(0.0, False)  # nothing to write
+    batch.add(Page([entry(1)], 1), 10.0)
+    batch.add(Page([entry(2), entry(3)], 3), 10.05)
+    assert not batch.due(10.05, True) and batch.due(10.05 + WRITE_S, True)
+    assert batch.due(10.06, False)  # an empty page: the agent has nothing more now
+    assert ([e.id for e in batch.entries], batch.cursor, batch.points) == ([1, 2, 3], 3, 3)
+    batch.written(0.5)  # a write that took half a second
+    assert (batch.entries, batch.pending) == ([], False) and batch.wait == min(2.5, MAX_WRITE_WAIT)
+    batch.add(Page([], 5), 20.0)  # a cursor moved past entries of other kinds: written too
+    assert batch.pending and batch.due(20.0 + MAX_WRITE_WAIT, True) and not batch.due(20.0 + WRITE_S, True)
+    batch.written(0.001)
+    assert batch.wait == WRITE_S
+
+
+def test_a_batch_reaches_the_ui_with_each_metric_streams_chunks_joined_in_id_order():
+    """The UI pays per entry: a batch's chunks of one (run, metric, rank) arrive as one, under the last
+    id, every point in order; events and a packed entry's part (id above the cursor) as they are."""
+    from pilothouse.gui.network import joined
+    from pilothouse.wire.entries import Entry
+
+    def chunk(i: int, metric: str, steps: list[int], rank: int = 0) -> Entry:
+        s = np.array(steps, np.int64)
+        return Entry(i, "r", "m", metric, rank, len(s), s.tobytes(), s.astype(float).tobytes(), s.astype(float).tobytes(),
+                     None)
+
+    event = Entry(4, "r", "e", None, 0, 0, None, None, None, b"\x80")
+    batch = [chunk(1, "loss", [0, 1]), chunk(2, "kl", [0]), chunk(3, "loss", [2]), event, chunk(5, "kl", [1, 2]),
+             chunk(6, "loss", [3], rank=1), chunk(9, "loss", [4, 5])]  # 9: a part, above the cursor 6
+    out = joined(batch, 6)
+    assert [(e.id, e.kind, e.metric, e.rank) for e in out] == [
+        (3, "m", "loss", 0), (4, "e", None, 0), (5, "m", "kl", 0), (6, "m", "loss", 1), (9, "m", "loss", 0)]
+    assert [entry_points(e)[0].tolist() for e in out if e.kind == "m"] == [[0, 1, 2], [0, 1, 2], [3], [4, 5]]
+    assert out[0].n == 3 and entry_points(out[0])[1].tolist() == [0.0, 1.0, 2.0]

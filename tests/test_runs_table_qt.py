@@ -112,6 +112,31 @@ def test_status_colors_come_from_the_theme(table):
             assert color == QColor(getattr(theme, status_role(model.row_at(i).status))), theme.name
 
 
+def test_a_run_list_that_changes_values_repaints_cells_and_a_new_run_resets_the_table(table):
+    """An agent's list each second: new values repaint their cells (no reset: the selection and the
+    scroll stay, nothing re-measured per list); an unchanged list does nothing; a new run resets."""
+    w = table
+    resets, repaints = [], []
+    w.table_model.modelReset.connect(lambda: resets.append(1))
+    w.table_model.dataChanged.connect(lambda *a: repaints.append(1))
+    w.table.selectRow([r.run_id for r in w.table_model._rows].index("b"))
+    resets.clear()
+    repaints.clear()  # the selection's color swatch
+    listed = [dict(r, summary={"reward": 0.5 if r["id"] != "c" else 0.875}) for r in w.store.runs()]
+    w._on_batch(A, [], listed)
+    w._redraw()
+    assert (len(resets), len(repaints)) == (0, 1)
+    assert "reward 0.875" in column(w, COLUMNS.index("key metric"))
+    assert w.runs.selected() == [(A, "b")] and len(w.table.selectionModel().selectedRows()) == 1
+    w._on_batch(A, [], listed)  # the same list again: no redraw of the table at all
+    w._redraw()
+    assert (len(resets), len(repaints)) == (0, 1)
+    w._on_batch(A, [], [*listed, {**listed[0], "id": "d", "name": "d", "created": 4.0}])
+    w._redraw()
+    assert len(resets) == 1 and "p/d" in column(w, COLUMNS.index("run"))
+    assert w.runs.selected() == [(A, "b")] and len(w.table.selectionModel().selectedRows()) == 1
+
+
 def test_a_watched_run_says_so_and_its_controls_say_how_to_steer(window, tmp_path):
     store = LocalStore(tmp_path / "app-store.sqlite")
     store.put_runs(A, [{"id": "tb1", "project": "p", "name": "logs/a", "kind": "watched", "status": "running",

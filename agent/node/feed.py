@@ -2,7 +2,9 @@
 
 A reader asks for "everything after N" with some credit; each page it gets costs one
 credit and it returns one per page processed.  A reader without credit costs the agent
-its cursor and nothing else, however far behind it falls.  Caught-up readers get the
+its cursor and nothing else, however far behind it falls.  Each page echoes the number the
+reader gave its "sub": pages of an earlier sub still in flight when the reader subscribed
+again are told apart and dropped (they would repeat what the new sub reads again).  Caught-up readers get the
 entries a turn just committed from memory; the others page through SQLite.
 """
 
@@ -27,6 +29,7 @@ class Reader:
     credit: int
     run: str | None
     kinds: tuple[str, ...]
+    sub: int = 0  # the reader's number for this subscription, echoed in every page
     heard: float = field(default_factory=time.monotonic)
     owed: bool = True  # a "sub" is always answered, even by an empty page: it tells the reader it is heard
 
@@ -44,7 +47,8 @@ class ReaderFeed:
     def subscribe(self, ident: bytes, msg: dict) -> None:
         """(Re)start at the reader's cursor; a repeated sub after silence is how readers reconnect."""
         credit = max(1, min(msg["credit"], MAX_CREDIT)) + 1  # +1 pays for the answer to the sub itself
-        self.readers[ident] = Reader(msg["after"], credit, msg.get("run"), check_kinds(msg.get("kinds")))
+        self.readers[ident] = Reader(msg["after"], credit, msg.get("run"), check_kinds(msg.get("kinds")),
+                                     msg.get("sub", 0))
 
     def credit(self, ident: bytes, n: int) -> None:
         reader = self.readers.get(ident)
@@ -78,7 +82,8 @@ class ReaderFeed:
             reader.owed = False
             reader.credit -= 1
             reader.cursor = cursor
-            if not self.send(ident, message("data", cursor=cursor, entries=entries, journal=self.store.journal_id)):
+            if not self.send(ident, message("data", cursor=cursor, entries=entries, journal=self.store.journal_id,
+                                         sub=reader.sub)):
                 self.drop(ident)  # gone, or its queue is full: it will subscribe again
 
 

@@ -4,6 +4,12 @@ The journal is one sequence of entries (a metric chunk, a rollout batch, an even
 with the next integer id; a reader follows it by cursor ("everything after id N").  On
 the wire an entry is a list in ``ENTRY_FIELDS`` order, to keep frames small; metric
 points travel as int64/float64 blobs, so NaN, ±Inf and -0.0 arrive bit-exact.
+
+A packed metric entry (the agent's ``compactor``) joins many small ones and takes the id of the
+last it joined.  A page that ends inside one carries its points up to the page's cursor under its
+own id, above that cursor (a *part*); the rest follows in later pages under the same id.  So a
+metric entry's id may exceed its page's cursor, and a reader that keys entries by id continues a
+part it holds instead of dropping the rest as a repeat (``LocalStore.write_page``).
 """
 
 from __future__ import annotations
@@ -79,7 +85,8 @@ def check_page(entries: Any, cursor: Any) -> Page:
             raise ProtocolError("a journal entry has the wrong shape")
         entry = Entry(*e)
         sized = (entry.steps, entry.vals, entry.times)
-        if not (type(entry.id) is int and 0 < entry.id <= cursor and isinstance(entry.run, str)
+        if not (type(entry.id) is int and 0 < entry.id <= (cursor if entry.kind != KIND_METRIC else INT64_MAX)
+                and isinstance(entry.run, str)
                 and entry.kind in KINDS and isinstance(entry.metric, (str, type(None)))
                 and all(type(v) is int and 0 <= v <= INT64_MAX for v in (entry.rank, entry.n))
                 and isinstance(entry.body, (bytes, type(None)))

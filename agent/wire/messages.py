@@ -168,6 +168,8 @@ def _check_query(msg: dict) -> None:
 def _check_sub(msg: dict) -> None:
     _wrap(check_int, msg.get("after"), "'sub' cursor")
     _wrap(check_int, msg.get("credit"), "'sub' credit", 1, 1 << 20)
+    if "sub" in msg:
+        _wrap(check_int, msg["sub"], "'sub' number")
     run = msg.get("run")
     if run is not None:
         _wrap(lambda r: check_run_id(r, system=True), run)

@@ -61,6 +61,7 @@ from .system import SystemPanel
 from .theme import apply_theme
 
 REDRAW_MS = 30
+RESIZE_S = 2.0  # the run table's columns fit grown values (a longer step) at most this often
 NAME_WAIT_MS = 2000  # a notification waits this long at most for its run's name (the run list lags ~1 s)
 EMPTY = ("No agents yet: run `pilothouse agent` on a node, then add it here (Agents → Add agent…, "
          "e.g. tcp://127.0.0.1:7766).")
@@ -96,6 +97,7 @@ class MainWindow(QMainWindow):
         self._events_key: RunKey | None = None
         self._dirty = True
         self._rows_dirty = True
+        self._sized = 0.0  # when the run table's columns were last fitted to their contents
         self._alerts_dirty = True
         self._closed = False
         self._opened = False  # the first screen (the last selection, else the live runs) is shown
@@ -242,6 +244,7 @@ class MainWindow(QMainWindow):
     def _on_batch(self, url: str, entries: list[Entry], runs: list[dict] | None) -> None:
         if self._closed:  # a batch still queued when the window closed: its store is gone
             return
+        rows_changed = False
         if self.removed:
             entries = [e for e in entries if (url, e.run) not in self.removed]
             runs = None if runs is None else [r for r in runs if (url, r["id"]) not in self.removed]
@@ -249,10 +252,11 @@ class MainWindow(QMainWindow):
             if job_ids(runs) - self._offered:
                 self._offer_jobs()
             joined = {k: self.runs.row(k) for k in self.runs.selected()}
-            self.runs.update_agent(url, runs)
+            rows_changed = self.runs.update_agent(url, runs)
             self.system.note_runs(url, runs)
-            if any(row is not None and row.members != getattr(self.runs.row(k), "members", None)
-                   for k, row in joined.items()) or self.charts.remote_filled(self.store):
+            resumed = rows_changed and any(row is not None and row.members != getattr(self.runs.row(k), "members", None)
+                                           for k, row in joined.items())
+            if resumed or self.charts.remote_filled(self.store):
                 # a charted run resumed on another node (its curves join), or one drawn from its agent's
                 # tiers that is now in the store
                 self.charts.show_runs(self.runs.selected(), self.store)
@@ -264,7 +268,7 @@ class MainWindow(QMainWindow):
         if self._events_key is not None and self._events_key[0] == url and any(
                 e.kind == KIND_EVENT and e.run == self._events_key[1] for e in entries):
             self._show_events(self._events_key)  # commands, acks, alerts of the shown run appear live
-        self._schedule(rows=runs is not None)
+        self._schedule(rows=runs is not None and rows_changed)
 
     def _on_health(self, health: Health) -> None:
         self.health[health.url] = health
@@ -288,16 +292,18 @@ class MainWindow(QMainWindow):
             self._show_alerts()
         if self._rows_dirty:
             self._rows_dirty = False
-            selected = self.runs.selected()
-            self.table_model.refresh()
-            self._reselect(selected)
+            if self.table_model.refresh():  # rows or columns changed, not only values: sized at once
+                self._reselect(self.runs.selected())
+                self._sized = 0.0
             if not self._opened and self.runs.rows():
                 self._opened = True
                 first = first_screen(self.runs.rows(), self.store.selection())
                 if first:
                     self._reselect(first)
                     self._on_select()
-            self.table.resizeColumnsToContents()
+            if time.monotonic() - self._sized >= RESIZE_S:  # measuring every cell: not on each run list
+                self._sized = time.monotonic()
+                self.table.resizeColumnsToContents()
             self.center.setCurrentWidget(self.tabs if self.links.agents() or self.runs.rows() else self.empty)
         self.charts.redraw()
         self.system.redraw()

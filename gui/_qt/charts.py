@@ -31,7 +31,7 @@ from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, Entry, entry_body, 
 
 from ..alerts import Marker
 from ..attempts import Timeline, member_lists, read_run
-from ..chart_layout import arrange, constant_value, folded_text
+from ..chart_layout import arrange, constant_value, folded_text, varies
 from ..groups import band, group_runs
 from ..local_store import LocalStore
 from ..lod import Series
@@ -69,6 +69,7 @@ class ChartsPanel(QWidget):
         self.alert_markers: dict[RunKey, list[Marker]] = {}
         self.pinned: list[str] | None = None  # read from the store on the first show_runs
         self.constant: dict[str, float] = {}  # charts whose every curve holds this one value
+        self.varying: set[str] = set()  # charts that can never be constant again (until rebuilt)
         self.shown: list[str] = []  # the grid, in order
         self.group_by: str | None = None  # "config:<key>" or "name:<regex>"
         self.groups: dict[str, list[RunKey]] = {}  # group curve name -> its runs
@@ -140,6 +141,7 @@ class ChartsPanel(QWidget):
             chart.deleteLater()
         self.charts = {}
         self.constant = {}
+        self.varying = set()
         self.points = {}
         self.timelines = {}
         self._stale_bands = set()
@@ -409,6 +411,7 @@ class ChartsPanel(QWidget):
                 continue
             members = [self.points[metric][k] for k in self.groups[group] if k in self.points.get(metric, {})]
             chart.set_group(group, *band([(s.x, s.y) for s in members]))
+            self.varying.discard(metric)  # a band is drawn anew, not appended to
             relayout |= self._check_constant(metric, chart)
         if relayout:
             self._layout()
@@ -419,9 +422,13 @@ class ChartsPanel(QWidget):
 
     def _check_constant(self, metric: str, chart: ChartWidget) -> bool:
         """Re-decide whether a chart is flat; True when that changed (the grid must change)."""
+        if metric in self.varying:  # a live chart of many runs: not every curve's range on each append
+            return False
         series = [c.series for c in chart.curves.values()]
-        value = constant_value((s.y_range() for s in series), (s.x_range() for s in series),
-                               all(s.all_finite for s in series))
+        y_ranges, finite = [s.y_range() for s in series], all(s.all_finite for s in series)
+        value = constant_value(y_ranges, (s.x_range() for s in series), finite)
+        if value is None and varies(y_ranges, finite):
+            self.varying.add(metric)
         was = self.constant.get(metric)
         if value is None:
             self.constant.pop(metric, None)

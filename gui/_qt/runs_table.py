@@ -48,12 +48,20 @@ class RunsTableModel(QAbstractTableModel):
         if self._rows:
             self.dataChanged.emit(self.index(0, RUN_COLUMN), self.index(len(self._rows) - 1, RUN_COLUMN), [DECORATION])
 
-    def refresh(self) -> None:
-        """Re-read the view model (after new runs, a filter change)."""
+    def refresh(self) -> bool:
+        """Re-read the view model (after new runs, a filter change); True when the rows or columns
+        changed (a reset: the view loses its selection), False when only values did (the cells
+        are repainted, nothing is reset)."""
+        rows, extra = self.runs.rows(), self.runs.extra_columns()
+        if extra == self._extra and [r.key for r in rows] == [r.key for r in self._rows]:
+            self._rows = rows
+            if rows:
+                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, self.columnCount() - 1))
+            return False
         self.beginResetModel()
-        self._rows = self.runs.rows()
-        self._extra = self.runs.extra_columns()
+        self._rows, self._extra = rows, extra
         self.endResetModel()
+        return True
 
     def row_at(self, index: int) -> RunRow:
         return self._rows[index]
