@@ -21,13 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from pilothouse.client import AgentUnavailable, Client
 from pilothouse.paths import watch_state_dir
 from pilothouse.security import Keyring
 from pilothouse.trainer.outbox import Outbox
 from pilothouse.watch.event_file import EventFileTail, is_event_file
+from pilothouse.watch.finished import watched_hello
 from pilothouse.watch.offsets import RunState, WatchState
 from pilothouse.watch.summaries import Summaries
 from pilothouse.wire.checks import normal_name
@@ -128,7 +127,6 @@ class Watcher:
             self.close()
             raise
         self.host = socket.gethostname()
-        self._started = psutil.Process().create_time()
         self.flush_timeout = 10.0  # at exit: how long to wait for the agent to acknowledge what was sent
         self._unconfirmed = 0  # imported runs whose end the agent did not confirm
 
@@ -205,7 +203,8 @@ class Watcher:
         failed = self._unconfirmed
         for logdir in self.logdirs:
             if not logdir.runs and not logdir.refused and not logdir.unchanged:
-                self.say(f"no TensorBoard event files under {logdir.path}: nothing imported")
+                self.say(f"no TensorBoard event files under {logdir.path}, nor W&B run files (run-*.wandb) nor "
+                         "an MLflow file store (<experiment>/meta.yaml): nothing imported")
                 failed += 1
             failed += len(logdir.refused) + sum(r.refused for r in logdir.runs.values())
             failed += sum(t.damaged is not None for r in logdir.runs.values() for t in r.tails.values())
@@ -263,9 +262,7 @@ class Watcher:
                 continue
             if state is None:
                 state = logdir.state.runs[run_id] = RunState()
-            hello = {"run": run_id, "rank": 0, "session": SESSION, "project": logdir.project, "name": name,
-                     "config": {}, "host": self.host, "pid": os.getpid(), "pid_started": self._started,
-                     "created": _created(folder, files), "watched": "tensorboard"}
+            hello = watched_hello(run_id, logdir.project, name, SESSION, _created(folder, files), {})
             outbox = Outbox(self.agent, hello, keys=self.keys, flush_interval=SEND_EVERY_S)
             logdir.runs[folder] = WatchedRun(run_id, name, folder, outbox, state, Summaries(state.plugins))
             self.say(f"{'importing' if self.once else 'watching'} {name} ({run_id}) from {folder}")
