@@ -16,6 +16,10 @@ import numpy as np
 from conftest import run_cli, run_events
 from test_watch import assert_series, run_of
 
+from pilothouse.trainer.outbox import Outbox
+from pilothouse.watch.finished import watched_hello
+from pilothouse.watch.mlflow_run import read_runs
+
 SPECIAL = {6: np.nan, 9: np.inf, 12: -np.inf}  # step -> value of "loss" there
 STEPS = range(0, 60, 3)
 
@@ -100,11 +104,14 @@ def test_wandb_offline_runs_every_point_once(agent_proc, tmp_path):
     data = bytearray(run_file.read_bytes())
     data[len(data) // 2:len(data) // 2 + 64] = bytes(range(64))
     run_file.write_bytes(bytes(data))
+    for copy in ("offline-run-1", "offline-run-2"):  # a run resumed offline: two folders, one run id
+        shutil.copytree(one, tmp_path / "twice" / copy)
     (tmp_path / "nothing").mkdir()
     (tmp_path / "nothing" / "notes.txt").write_text("no runs here")
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "meta.yaml").write_text("name: x\n")
     for path, code, why in ((damaged, 1, "is not a readable W&B run file"),
+                            (tmp_path / "twice", 1, "is in another folder too"),
                             (tmp_path / "nothing", 1, "nor W&B run files (run-*.wandb) nor an MLflow file store"),
                             (tmp_path / "experiment", 2, "import the store it is in")):
         bad = run_cli("import", str(path), "--agent", agent_proc.url, env={"PILOTHOUSE_DATA": str(tmp_path / "ph")})
@@ -116,11 +123,19 @@ def test_mlflow_file_store_every_point_once(agent_proc, tmp_path):
     store = tmp_path / "mlruns"
     write(tmp_path, MLFLOW_WRITER, store, MLFLOW_ALLOW_FILE_STORE="true")
     client = agent_proc.client()
+    # an import cut short: the agent holds the first 7 records (14 points) of the run, not its end
+    (foreign,) = read_runs(store, None)
+    cut = Outbox(agent_proc.url, watched_hello(foreign.id, foreign.project, foreign.name, "mlflow", foreign.created,
+                                               foreign.config))
+    cut.queue.extend(foreign.records()[:7])
+    assert cut.flush(10, 7)
+    cut.stop()
+    assert run_of(client, "lr3e-6")["points"] == 14
     done = run_cli("import", str(store), "--agent", agent_proc.url)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0 and "(14 of them held already)" in done.stderr, done.stderr
     run = run_of(client, "lr3e-6")
     assert run["kind"] == "watched" and run["project"] == "sweep" and run["status"] == "finished"
-    assert run["id"].startswith("mlflow-") and run["points"] == 2 * len(STEPS)
+    assert run["id"].startswith("mlflow-") and run["points"] == 2 * len(STEPS) and run["attempts"] == 1
     assert run["config"] == {"lr": "3e-06", "opt": "adam"}  # MLflow keeps params as text
     assert_series(client, run["id"], "loss", expected())
     steps, _, times = expected()

@@ -95,7 +95,14 @@ def send_finished(runs: list[ForeignRun], agent: str, keys: Keyring | None, say:
     with Client(agent, timeout=10.0, keys=keys) as client:
         held = {r["id"]: r for r in client.runs()}
     failed = 0
+    seen: set[str] = set()
     for run in runs:
+        if run.id in seen:  # W&B writes a run resumed offline to a folder of its own, under the same id
+            say(f"{run.name}: not imported: run {run.id} is in another folder too (a run resumed offline); "
+                "the two are not merged, only the first is imported")
+            failed += 1
+            continue
+        seen.add(run.id)
         for line in run.skipped:
             say(f"{run.name}: {line}")
         records = run.records()
