@@ -14,6 +14,7 @@ from pilothouse.security import Keyring
 from pilothouse.text import printable
 
 TRACKERS = {"wandb": "W&B", "mlflow": "MLflow"}
+WHY_MISSING = {"wandb": "; wandb 0.30 and later no longer have it, the extra holds wandb below 0.30", "mlflow": ""}
 
 
 def cmd_import_dir(args: argparse.Namespace) -> int:
@@ -29,7 +30,7 @@ def cmd_import_dir(args: argparse.Namespace) -> int:
         reader = _reader(source)
     except ImportError as exc:
         return _say_exit(f"pilothouse: {args.file} holds {TRACKERS[source]} runs; reading them needs {source}'s own "
-                         f"reader ({exc}): pip install 'pilothouse[{source}]'", EXIT_USAGE)
+                         f"reader ({exc}{WHY_MISSING[source]}): pip install 'pilothouse[{source}]'", EXIT_USAGE)
     try:
         runs = reader.read_runs(args.file, args.project)
     except SourceError as exc:

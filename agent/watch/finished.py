@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,9 +104,9 @@ def send_finished(runs: list[ForeignRun], agent: str, keys: Keyring | None, say:
             failed += 1
             continue
         seen.add(run.id)
+        records = run.records()
         for line in run.skipped:
             say(f"{run.name}: {line}")
-        records = run.records()
         points = sum(len(r[1]) for r in records)
         have = held.get(run.id)
         if have is not None and have["kind"] == "watched" and have["points"] == points \
@@ -119,7 +120,10 @@ def send_finished(runs: list[ForeignRun], agent: str, keys: Keyring | None, say:
 def _send(run: ForeignRun, records: list[tuple], points: int, agent: str, keys: Keyring | None, say: Say) -> bool:
     outbox = Outbox(agent, watched_hello(run.id, run.project, run.name, run.source, run.created, run.config),
                     keys=keys)
-    if not outbox.welcomed.wait(WELCOME_TIMEOUT_S) or outbox.stats.last_error:
+    deadline = time.monotonic() + WELCOME_TIMEOUT_S
+    while not outbox.welcomed.wait(0.05) and not outbox.stats.last_error and time.monotonic() < deadline:
+        pass  # a refused hello is answered with an error, never a welcome
+    if not outbox.welcomed.is_set() or outbox.stats.last_error:
         outbox.stop()
         why = outbox.stats.last_error or f"the agent did not answer within {WELCOME_TIMEOUT_S:.0f} s"
         say(f"{run.name}: not imported: {why}")

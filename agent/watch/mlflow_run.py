@@ -14,7 +14,8 @@ from pilothouse.wire.checks import check_run_id, normal_name
 # reading one that exists is what this is for.
 os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
-from mlflow.exceptions import MlflowException  # noqa: E402 (after the switch above)
+from mlflow.entities import Run  # noqa: E402 (after the switch above)
+from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 
@@ -31,7 +32,7 @@ def read_runs(store: Path, project: str | None) -> list[ForeignRun]:
     return out
 
 
-def _run(client: MlflowClient, experiment: str, run, project: str | None) -> ForeignRun:
+def _run(client: MlflowClient, experiment: str, run: Run, project: str | None) -> ForeignRun:
     info = run.info
     try:
         out = ForeignRun(id=check_run_id(f"mlflow-{info.run_id}"),
