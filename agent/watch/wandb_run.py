@@ -70,7 +70,10 @@ def _run(record: Any, project: str | None) -> ForeignRun:
 
 
 def _key(item: Any) -> str:
-    return ".".join(item.nested_key) if item.nested_key else item.key
+    nested = item.nested_key
+    if not nested:
+        return item.key
+    return nested[0] if len(nested) == 1 else ".".join(nested)
 
 
 def _configure(config: dict, record: Any) -> None:
@@ -102,15 +105,24 @@ def _row(history: Any) -> tuple[int | None, float, dict[str, float], list[str]]:
     wall_time = math.nan
     for item in history.item:
         key = _key(item)
-        value = json.loads(item.value_json)
-        if key == "_step":
-            step = int(value)
-        elif key == "_timestamp":
-            wall_time = float(value)
-        elif key.startswith("_"):
+        if key.startswith("_"):
+            if key == "_step":
+                step = int(json.loads(item.value_json))
+            elif key == "_timestamp":
+                wall_time = float(item.value_json)
             continue  # _runtime and W&B's own
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            values[key] = float(value)
-        else:
+        value = _number(item.value_json)
+        if value is None:
             left_out.append(f"{key!r}")
+        else:
+            values[key] = value
     return step, wall_time, values, left_out
+
+
+def _number(text: str) -> float | None:
+    """A JSON number (with W&B's NaN, Infinity, -Infinity) as a float, else None (text, tables, media).
+    ``float`` reads every JSON number and those three; what it refuses is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
