@@ -16,6 +16,7 @@ from wandb.sdk.internal.datastore import DataStore
 from pilothouse.watch.finished import ForeignRun, SourceError, wandb_files
 from pilothouse.wire.checks import check_config, check_run_id, normal_name
 
+
 def read_runs(path: Path, project: str | None) -> list[ForeignRun]:
     """Every run under ``path``, read whole before anything is sent: a damaged one stops the import."""
     return [read_run(f, project) for f in wandb_files(path)]
@@ -38,6 +39,8 @@ def read_run(path: Path, project: str | None) -> ForeignRun:
                 _configure(config, record.config)
             elif kind == "history":
                 rows.append(_row(record.history))
+    except SourceError:
+        raise
     except Exception as exc:  # noqa: BLE001 (the reader says damage with assertions and bare Exceptions)
         raise SourceError(f"{path} is not a readable W&B run file ({type(exc).__name__}: {exc or 'bad framing'}); "
                           "nothing imported") from None
