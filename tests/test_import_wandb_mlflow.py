@@ -143,3 +143,12 @@ def test_mlflow_file_store_every_point_once(agent_proc, tmp_path):
     imported_twice(client, store, agent_proc.url, ["lr3e-6"])
     other = run_cli("import", str(store), "--agent", agent_proc.url, "--project", "mine")
     assert other.returncode == 0 and run_of(client, "lr3e-6")["project"] == "sweep", other.stderr
+
+    damaged = tmp_path / "damaged"  # a metric file with a line that is not "timestamp value step"
+    shutil.copytree(store, damaged)
+    with open(next(damaged.glob("*/*/metrics/loss")), "a") as f:
+        f.write("garbage line\n")
+    runs = watched_runs(client)
+    bad = run_cli("import", str(damaged), "--agent", agent_proc.url)
+    assert bad.returncode == 1 and "is not a readable MLflow file store" in bad.stderr, bad.stderr
+    assert watched_runs(client) == runs

@@ -27,8 +27,11 @@ def read_runs(store: Path, project: str | None) -> list[ForeignRun]:
         for experiment in client.search_experiments():
             for run in client.search_runs([experiment.experiment_id]):
                 out.append(_run(client, experiment.name, run, project))
-    except MlflowException as exc:
-        raise SourceError(f"{store} is not a readable MLflow file store: {exc.message}; nothing imported") from None
+    except SourceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (mlflow says damage with MlflowException, ValueError, YAML errors...)
+        why = exc.message if isinstance(exc, MlflowException) else f"{type(exc).__name__}: {exc}"
+        raise SourceError(f"{store} is not a readable MLflow file store ({why}); nothing imported") from None
     return out
 
 
