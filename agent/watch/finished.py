@@ -24,8 +24,11 @@ from pilothouse.security import Keyring
 from pilothouse.trainer.outbox import Outbox
 from pilothouse.watch.points import MetricRecords
 
-WELCOME_TIMEOUT_S = 30.0
+WELCOME_TIMEOUT_S = 30.0  # also: how long the agent may go without acknowledging anything before the import stops
 CLOSE_TIMEOUT_S = 60.0
+MAX_UNACKED = 200_000  # records sent and not yet acknowledged, per run: past it the files (or rows) wait
+MAX_UNACKED_BYTES = 64 << 20
+QUEUE_RECORDS = 4096  # records handed to the outbox at a time
 WANDB_FILE = "run-*.wandb"  # in each W&B run folder (wandb/offline-run-<time>-<id>/)
 MLFLOW_META = "meta.yaml"  # in each experiment folder of an MLflow file store, and each run folder
 
@@ -136,7 +139,11 @@ def _send(run: ForeignRun, records: list[tuple], points: int, agent: str, keys: 
         return False
     outbox.continue_after(held)
     outbox.last_step = max((row[0] for row in run.rows), default=-1)
-    outbox.queue.extend(records[held:])
+    if not _queue(outbox, records, held):
+        outbox.stop()
+        say(f"{run.name}: not imported whole: the agent acknowledged nothing for {WELCOME_TIMEOUT_S:.0f} s "
+            f"(it holds {outbox.stats.acked_seq} of {len(records)} records; a new import sends the rest)")
+        return False
     if not outbox.close(timeout=CLOSE_TIMEOUT_S):
         say(f"{run.name}: the agent did not confirm the end of the run")
         return False
@@ -144,3 +151,21 @@ def _send(run: ForeignRun, records: list[tuple], points: int, agent: str, keys: 
         f"{f' ({points - sum(len(r[1]) for r in records[held:])} of them held already)' if held else ''}"
         f"{', config' if run.config else ''}")
     return True
+
+
+def _queue(outbox: Outbox, records: list[tuple], held: int) -> bool:
+    """Hand the records after ``held`` to the outbox only as fast as the agent acknowledges them (its
+    buffer drops the oldest past its bound); False if the agent stops acknowledging."""
+    sent, acked, since = held, held, time.monotonic()
+    while sent < len(records):
+        if outbox.stats.acked_seq > acked:
+            acked, since = outbox.stats.acked_seq, time.monotonic()
+        elif time.monotonic() - since > WELCOME_TIMEOUT_S:
+            return False
+        if sent - acked > MAX_UNACKED or outbox.stats.buffered_bytes > MAX_UNACKED_BYTES:
+            time.sleep(0.01)
+            continue
+        outbox.queue.extend(records[sent:sent + QUEUE_RECORDS])
+        sent = min(sent + QUEUE_RECORDS, len(records))
+    return True
+

@@ -17,7 +17,6 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from pilothouse.paths import watch_state_dir
 from pilothouse.security import Keyring
 from pilothouse.trainer.outbox import Outbox
 from pilothouse.watch.event_file import EventFileTail, is_event_file
-from pilothouse.watch.finished import watched_hello
+from pilothouse.watch.finished import MAX_UNACKED, MAX_UNACKED_BYTES, Say, watched_hello
 from pilothouse.watch.offsets import RunState, WatchState
 from pilothouse.watch.summaries import Summaries
 from pilothouse.wire.checks import normal_name
@@ -34,14 +33,10 @@ from pilothouse.wire.records import REC_METRICS
 
 POLL_S = 0.2  # new folders and appended events reach the agent well within a second
 READ_EVENTS = 20_000  # events read from one file per poll
-MAX_UNACKED = 200_000  # records sent and not yet acknowledged, per run: past it the run's files wait
-MAX_UNACKED_BYTES = 64 << 20
 MAX_IMPORTING = 16  # runs an import sends at once (each has a sending thread); the others wait their turn
 SESSION = "tensorboard"  # a watched run's one stream: its numbering continues across watchers
 SEND_EVERY_S = 0.1  # a run's sending thread wakes this often (a trainer's: 0.02 s); many runs stay cheap
 _FILE_TIME = re.compile(r"tfevents\.(\d{9,11})")
-
-Say = Callable[[str], None]
 
 
 class WatchError(ValueError):
