@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from pilothouse.cli import watch
+from pilothouse.cli import import_runs, watch
 from pilothouse.cli.archive_file import ArchiveError, open_archive, write_archive
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Reader, client_for
 from pilothouse.client import CALL_ERRORS, Client, claimed_sender
@@ -27,9 +27,11 @@ def add_parsers(reader: Reader) -> None:
     a.add_argument("--force", action="store_true", help="overwrite the file if it exists")
 
     i = reader("import", "bring an archived run back into an agent (same id, name, config and status), "
-                         "or a TensorBoard logdir's runs", cmd_import)
-    i.add_argument("file", type=Path, metavar="FILE|LOGDIR",
-                   help="a parquet file written by `pilothouse archive`, or a folder of TensorBoard runs")
+                         "or the runs of a TensorBoard logdir, W&B offline run folders or an MLflow file store",
+               cmd_import)
+    i.add_argument("file", type=Path, metavar="FILE|FOLDER",
+                   help="a parquet file written by `pilothouse archive`, a folder of TensorBoard runs, a W&B run "
+                        "folder or a folder of them (wandb/), or an MLflow file store (mlruns/)")
     watch.add_project(i)
 
 
@@ -53,13 +55,13 @@ def _run_meta(client: Client, run: str) -> dict:
 
 def cmd_import(args: argparse.Namespace) -> int:
     if args.file.is_dir():
-        return watch.cmd_import_logdir(args)
+        return import_runs.cmd_import_dir(args)
     if "tfevents" in args.file.name:
         print(f"pilothouse: {args.file} is a TensorBoard event file: import its folder (the logdir) instead",
               file=sys.stderr)
         return EXIT_USAGE
     if args.project is not None:
-        print("pilothouse: --project is for a TensorBoard logdir; an archive keeps its run's project", file=sys.stderr)
+        print("pilothouse: --project is for a folder of runs; an archive keeps its run's project", file=sys.stderr)
         return EXIT_USAGE
     try:
         archive = open_archive(args.file)

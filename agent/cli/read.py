@@ -76,7 +76,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                      ",".join(r.get("alerts") or []) or "-", headline, values))))
     print_table(rows)
     if any(r["kind"] == WATCHED for r in runs):
-        print(f"watched runs are read from TensorBoard files and cannot be steered; {STEER_HOW}")
+        print(f"watched runs are read from files (TensorBoard, W&B, MLflow) and cannot be steered; {STEER_HOW}")
     if args.size:
         print(f"{fmt_bytes(sum(r.get('bytes') or 0 for r in runs))} in {len(runs)} run{'s' if len(runs) != 1 else ''}")
     return 0

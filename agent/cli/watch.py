@@ -28,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParse
 
 
 def add_project(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", type=name_arg("project"), help="the runs' project (default: the LOGDIR's name)")
+    parser.add_argument("--project", type=name_arg("project"), help="the runs' project (default: the LOGDIR's name; "
+                        "for W&B and MLflow runs, their W&B project or MLflow experiment)")
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

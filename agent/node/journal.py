@@ -332,7 +332,7 @@ class Store:
         row = self.db.execute("SELECT project, name, kind FROM runs WHERE id=?", [hello["run"]]).fetchone()
         if row is not None and (row[2] == WATCHED) != ("watched" in hello):
             return (f"run id {hello['run']!r} is run {row[0]}/{row[1]}, " + (
-                "watched from its TensorBoard files: a trainer cannot take it over; use another id" if row[2] == WATCHED
+                "watched from its framework's files: a trainer cannot take it over; use another id" if row[2] == WATCHED
                 else "logged by a trainer: a watcher cannot write into it; use another id"))
         if row is None or row[0] == hello["project"] and hello["name"] in (row[1], hello["run"]):
             return None

@@ -17,17 +17,15 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import psutil
 
 from pilothouse.client import AgentUnavailable, Client
 from pilothouse.paths import watch_state_dir
 from pilothouse.security import Keyring
 from pilothouse.trainer.outbox import Outbox
 from pilothouse.watch.event_file import EventFileTail, is_event_file
+from pilothouse.watch.finished import MAX_UNACKED, MAX_UNACKED_BYTES, Say, watched_hello
 from pilothouse.watch.offsets import RunState, WatchState
 from pilothouse.watch.summaries import Summaries
 from pilothouse.wire.checks import normal_name
@@ -35,14 +33,10 @@ from pilothouse.wire.records import REC_METRICS
 
 POLL_S = 0.2  # new folders and appended events reach the agent well within a second
 READ_EVENTS = 20_000  # events read from one file per poll
-MAX_UNACKED = 200_000  # records sent and not yet acknowledged, per run: past it the run's files wait
-MAX_UNACKED_BYTES = 64 << 20
 MAX_IMPORTING = 16  # runs an import sends at once (each has a sending thread); the others wait their turn
 SESSION = "tensorboard"  # a watched run's one stream: its numbering continues across watchers
 SEND_EVERY_S = 0.1  # a run's sending thread wakes this often (a trainer's: 0.02 s); many runs stay cheap
 _FILE_TIME = re.compile(r"tfevents\.(\d{9,11})")
-
-Say = Callable[[str], None]
 
 
 class WatchError(ValueError):
@@ -128,7 +122,6 @@ class Watcher:
             self.close()
             raise
         self.host = socket.gethostname()
-        self._started = psutil.Process().create_time()
         self.flush_timeout = 10.0  # at exit: how long to wait for the agent to acknowledge what was sent
         self._unconfirmed = 0  # imported runs whose end the agent did not confirm
 
@@ -205,7 +198,8 @@ class Watcher:
         failed = self._unconfirmed
         for logdir in self.logdirs:
             if not logdir.runs and not logdir.refused and not logdir.unchanged:
-                self.say(f"no TensorBoard event files under {logdir.path}: nothing imported")
+                self.say(f"no TensorBoard event files under {logdir.path}, nor W&B run files (run-*.wandb) nor "
+                         "an MLflow file store (<experiment>/meta.yaml): nothing imported")
                 failed += 1
             failed += len(logdir.refused) + sum(r.refused for r in logdir.runs.values())
             failed += sum(t.damaged is not None for r in logdir.runs.values() for t in r.tails.values())
@@ -263,9 +257,7 @@ class Watcher:
                 continue
             if state is None:
                 state = logdir.state.runs[run_id] = RunState()
-            hello = {"run": run_id, "rank": 0, "session": SESSION, "project": logdir.project, "name": name,
-                     "config": {}, "host": self.host, "pid": os.getpid(), "pid_started": self._started,
-                     "created": _created(folder, files), "watched": "tensorboard"}
+            hello = watched_hello(run_id, logdir.project, name, SESSION, _created(folder, files), {})
             outbox = Outbox(self.agent, hello, keys=self.keys, flush_interval=SEND_EVERY_S)
             logdir.runs[folder] = WatchedRun(run_id, name, folder, outbox, state, Summaries(state.plugins))
             self.say(f"{'importing' if self.once else 'watching'} {name} ({run_id}) from {folder}")

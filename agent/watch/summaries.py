@@ -16,9 +16,10 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.util import tensor_util
 
-from pilothouse.wire.checks import INT64_MAX, normal_name
+from pilothouse.watch.points import MetricRecords
+from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.messages import MAX_INBOUND_BYTES, pack
-from pilothouse.wire.records import MAX_METRICS_PER_RUN, MAX_ROLLOUT_ROWS, REC_METRICS, REC_ROLLOUTS, metrics_packer
+from pilothouse.wire.records import MAX_ROLLOUT_ROWS, REC_ROLLOUTS
 
 MAX_ROLLOUT_BYTES = MAX_INBOUND_BYTES // 2 - 4096  # packed rows per record: one record always fits a batch
 HPARAMS_START = "_hparams_/session_start_info"
@@ -48,9 +49,7 @@ class Summaries:
 
     def __init__(self, plugins: dict[str, str] | None = None):
         self.plugins: dict[str, str] = dict(plugins or {})
-        self._names: dict[str, str | None] = {}  # tag -> its metric name, None: refused
-        self._packers: dict[int, Any] = {}
-        self._told: set[str] = set()
+        self.metrics = MetricRecords()
 
     def decode(self, event: Event) -> Decoded:
         out = Decoded()
@@ -69,50 +68,30 @@ class Summaries:
                 self._text(tag, step, event.wall_time, value, out)
             elif plugin == "hparams" and tag == HPARAMS_START:
                 out.config.update(_hparams(value.metadata.plugin_data.content))
-        if scalars and not 0 <= step <= INT64_MAX:
-            self._skip(out, f"step {step}", f"step {step} is negative: {len(scalars)} values at it are left out")
-        elif scalars:
-            n = len(scalars)
-            packer = self._packers.get(n) or self._packers.setdefault(n, metrics_packer(n))
-            out.records.insert(0, (REC_METRICS, tuple(scalars), packer(step, event.wall_time, *scalars.values())))
+        record = self.metrics.record(step, event.wall_time, scalars, out.skipped)
+        if record is not None:
+            out.records.insert(0, record)
         return out
 
     def _scalar(self, tag: str, value: Any, scalars: dict[str, float], out: Decoded) -> None:
-        name = self._names[tag] if tag in self._names else self._name(tag, out)
+        name = self.metrics.name(tag, out.skipped)
         if name is None:
             return
         number = value.simple_value if value.HasField("simple_value") else _tensor_number(value.tensor)
         if number is None:
-            self._skip(out, tag, f"tag {tag!r} is not a single number: left out")
+            self.metrics.skip(out.skipped, tag, f"tag {tag!r} is not a single number: left out")
             return
         scalars[name] = number
-
-    def _name(self, tag: str, out: Decoded) -> str | None:
-        try:
-            name = normal_name(tag, "metric name")
-        except ValueError as exc:
-            self._skip(out, tag, f"{exc}: left out")
-            name = None
-        if name is not None and sum(n is not None for n in self._names.values()) >= MAX_METRICS_PER_RUN:
-            self._skip(out, tag, f"tag {tag!r} would be metric {MAX_METRICS_PER_RUN + 1} of the run: left out")
-            name = None
-        self._names[tag] = name
-        return name
 
     def _text(self, tag: str, step: int, wall_time: float, value: Any, out: Decoded) -> None:
         rows = text_rollouts(tensor_util.make_ndarray(value.tensor))
         if rows is None:
             return
         if not 0 <= step <= INT64_MAX:
-            self._skip(out, f"step {step}", f"step {step} is negative: rollouts at it are left out")
+            self.metrics.skip(out.skipped, f"step {step}", f"step {step} is negative: rollouts at it are left out")
             return
         for part in _parts(rows):
             out.records.append((REC_ROLLOUTS, None, (step, wall_time, part)))
-
-    def _skip(self, out: Decoded, key: str, why: str) -> None:
-        if key not in self._told:
-            self._told.add(key)
-            out.skipped.append(why)
 
 
 def _tensor_number(tensor: Any) -> float | None:

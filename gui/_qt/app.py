@@ -324,7 +324,7 @@ class MainWindow(QMainWindow):
         steerable = not keys or any(not getattr(self.runs.row(k), "watched", False) for k in keys)
         for action in self.actions.values():  # a watched run has no process to steer: say how to get one
             action.setEnabled(steerable)
-            action.setToolTip("" if steerable else f"watched from TensorBoard files; {STEER_HOW}")
+            action.setToolTip("" if steerable else f"watched from its framework's files; {STEER_HOW}")
         self.charts.show_runs(keys, self.store)
         self.charts.show_alerts({k: self._markers(k) for k in keys})
         self.table_model.set_slots(self.charts.slots)

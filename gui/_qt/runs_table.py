@@ -123,7 +123,7 @@ class RunsTableModel(QAbstractTableModel):
 def _run_tip(row: RunRow) -> str:
     via = ", ".join(dict.fromkeys(agent for agent, _ in row.members)) or row.agent
     attempts = f", attempt {row.attempts}" if row.attempts > 1 else ""
-    watched = f"\nwatched from its TensorBoard files: it cannot be steered; {STEER_HOW}" if row.watched else ""
+    watched = f"\nwatched from its framework's files: it cannot be steered; {STEER_HOW}" if row.watched else ""
     return f"{row.title} ({row.run_id}) on {row.host or '?'} via {via}{attempts}{watched}"
 
 
