@@ -112,8 +112,10 @@ def _hparams(content: bytes) -> dict[str, Any]:
         if kind == "number_value":
             number = value.number_value
             config[name] = int(number) if number.is_integer() and abs(number) < 2**53 else number
-        elif kind in ("string_value", "bool_value"):
-            config[name] = getattr(value, kind)
+        elif kind == "string_value":
+            config[name] = value.string_value
+        elif kind == "bool_value":
+            config[name] = value.bool_value
     return config
 
 
