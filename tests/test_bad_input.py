@@ -772,7 +772,7 @@ def test_wire_hello_with_bad_job_nodes_is_refused_and_creates_nothing(agent_proc
 def test_wire_hello_of_a_bad_watcher_or_across_kinds_is_refused_and_changes_nothing(agent_proc):
     """A watched run and a trainer's run never take each other's id; 'watched' names what is read."""
     with RawPeer(agent_proc.url) as peer:
-        bad = peer.ask({**HELLO, "run": "tbbad1", "watched": "wandb"})
+        bad = peer.ask({**HELLO, "run": "tbbad1", "watched": "comet"})
         assert peer.ask({**HELLO, "run": "tbok1", "watched": "tensorboard", "session": "tensorboard"})["t"] == "welcome"
         trainer = peer.ask({**HELLO, "run": "tbok1", "pid": 4243, "session": "tensorboard"})
         assert peer.ask({**HELLO, "run": "trained1", "session": "s1"})["t"] == "welcome"
