@@ -47,12 +47,18 @@ def center(view, row: int, gpu: int) -> QPoint:
     return view.cell_rect(row, gpu).center().toPoint()
 
 
-def test_click_charts_that_gpus_history_and_the_metric_switches_it(qtbot):
-    grid = filled()
-    panel = GpuGridPanel(grid)
+def shown_panel(qtbot, grid: GpuGrid | None = None) -> GpuGridPanel:
+    """The grid's panel shown and refreshed at the last reading's time."""
+    panel = GpuGridPanel(grid or filled())
     qtbot.addWidget(panel)
     panel.show()
     panel.refresh(now=1019.0)
+    return panel
+
+
+def test_click_charts_that_gpus_history_and_the_metric_switches_it(qtbot):
+    grid = filled()
+    panel = shown_panel(qtbot, grid)
     view = panel.view
     assert [host for _, host, _ in view.rows] == ["node0", "node1", "node2"]
     assert "12 GPUs on 3 nodes" in panel.title.text() and "4 missing" in panel.title.text()
@@ -71,10 +77,7 @@ def test_click_charts_that_gpus_history_and_the_metric_switches_it(qtbot):
 
 
 def test_tooltip_gives_the_exact_values(qtbot):
-    panel = GpuGridPanel(filled())
-    qtbot.addWidget(panel)
-    panel.show()
-    panel.refresh(now=1019.0)
+    panel = shown_panel(qtbot)
     view = panel.view
     pos = center(view, 1, 2)
     QApplication.sendEvent(view, QHelpEvent(QHelpEvent.Type.ToolTip, pos, view.mapToGlobal(pos)))
@@ -84,10 +87,7 @@ def test_tooltip_gives_the_exact_values(qtbot):
 
 
 def test_marks_are_shapes_not_only_colors(qtbot):
-    panel = GpuGridPanel(filled())
-    qtbot.addWidget(panel)
-    panel.show()
-    panel.refresh(now=1019.0)
+    panel = shown_panel(qtbot)
     view = panel.view
     image = view.grab().toImage()
     missing, hot, plain = view.cell_rect(2, 1), view.cell_rect(1, 2), view.cell_rect(0, 1)
