@@ -256,24 +256,29 @@ class LocalStore:
 
     def write_page(self, url: str, entries: Sequence[Sequence], cursor: int,
                    runs: Iterable[dict] | None = None) -> None:
-        """Entries as received (fields in protocol.ENTRY_FIELDS order) and the cursor they
-        reach, and the agent's run list if given (``put_runs``), in one transaction.  Re-writing a
-        page is harmless.  A metric entry held above the
-        cursor is a packed entry's part (see ``pilothouse.wire.entries``): its rest, arriving later
-        under the same id, is appended to it (an entry at or below the cursor is a repeat)."""
+        """One agent's page: see ``write_pages``."""
+        self.write_pages([(url, entries, cursor, runs)])
+
+    def write_pages(self, pages: Iterable[tuple[str, Sequence[Sequence], int, Iterable[dict] | None]]) -> None:
+        """Per agent, entries as received (fields in protocol.ENTRY_FIELDS order), the cursor they
+        reach and its run list if given (``put_runs``), all in one transaction.  Re-writing a page
+        is harmless.  A metric entry held above the cursor is a packed entry's part (see
+        ``pilothouse.wire.entries``): its rest, arriving later under the same id, is appended to
+        it (an entry at or below the cursor is a repeat)."""
         with transaction(self.db):
-            before = self.cursor(url)
             insert = self.db.conn.cursor()
-            stored = [e for e in entries  # what was not stored before (nor dropped for a removed run)
-                      if insert.execute("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                                        (url, *e)).rowcount == 1
-                      or e[0] > before and e[2] == KIND_METRIC and self._append_part(url, e)]
-            self.tiers.add(url, stored)
-            self.db.execute("INSERT INTO agents (url, added, cursor, remembered) VALUES (?, ?, ?, 0) "
-                            "ON CONFLICT(url) DO UPDATE SET cursor=MAX(cursor, excluded.cursor)",
-                            [url, time.time(), cursor])
-            if runs is not None:
-                self._put_runs(url, runs)
+            for url, entries, cursor, runs in pages:
+                before = self.cursor(url)
+                stored = [e for e in entries  # what was not stored before (nor dropped for a removed run)
+                          if insert.execute("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                                            (url, *e)).rowcount == 1
+                          or e[0] > before and e[2] == KIND_METRIC and self._append_part(url, e)]
+                self.tiers.add(url, stored)
+                self.db.execute("INSERT INTO agents (url, added, cursor, remembered) VALUES (?, ?, ?, 0) "
+                                "ON CONFLICT(url) DO UPDATE SET cursor=MAX(cursor, excluded.cursor)",
+                                [url, time.time(), cursor])
+                if runs is not None:
+                    self._put_runs(url, runs)
 
     def _append_part(self, url: str, e: Sequence) -> bool:
         """The rest of a packed entry this store holds a part of (not for a run removed from the app)."""

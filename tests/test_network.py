@@ -301,29 +301,71 @@ def test_each_page_names_the_sub_it_answers_so_an_earlier_subs_pages_are_told_ap
         sock.close(linger=0)
 
 
-def test_a_links_batch_writes_pages_that_come_together_once_and_waits_longer_when_writes_slow():
-    """Pages close together are one write (each costs about the same: the tiers fold every level of
-    each metric it touches); a page alone is written as soon as an empty page says nothing follows;
-    a slow write (a busy app) makes the next batch wait longer, never past MAX_WRITE_WAIT."""
-    from pilothouse.gui.network import MAX_WRITE_WAIT, WRITE_S, Batch
-    from pilothouse.wire.entries import Entry, Page
+def test_the_store_writer_commits_what_queued_meanwhile_in_one_transaction_and_a_bad_page_fails_alone(tmp_path):
+    """Pages queued while the writer is busy go into its next transaction, each agent's joined (one
+    tier fold per metric); links hear of their pages in order.  A page the store refuses fails its
+    own link only: the others' pages in the same transaction are written."""
+    import sqlite3
 
-    def entry(i: int) -> Entry:
-        return Entry(i, "r", "m", "loss", 0, 1, b"\0" * 8, b"\0" * 8, b"\0" * 8, None)
+    from pilothouse.gui.store_writer import StoreWriter, Write
+    from pilothouse.wire.entries import Entry
 
-    batch = Batch(0)
-    assert not batch.due(0.0, False)  # nothing to write
-    batch.add(Page([entry(1)], 1), 10.0)
-    batch.add(Page([entry(2), entry(3)], 3), 10.05)
-    assert not batch.due(10.05, True) and batch.due(10.05 + WRITE_S, True)
-    assert batch.due(10.06, False)  # an empty page: the agent has nothing more now
-    assert ([e.id for e in batch.entries], batch.cursor, batch.points) == ([1, 2, 3], 3, 3)
-    batch.written(0.5)  # a write that took half a second
-    assert (batch.entries, batch.pending) == ([], False) and batch.wait == min(2.5, MAX_WRITE_WAIT)
-    batch.add(Page([], 5), 20.0)  # a cursor moved past entries of other kinds: written too
-    assert batch.pending and batch.due(20.0 + MAX_WRITE_WAIT, True) and not batch.due(20.0 + WRITE_S, True)
-    batch.written(0.001)
-    assert batch.wait == WRITE_S
+    class Link:
+        def __init__(self):
+            self.heard: list[tuple[list[int], int]] = []
+            self.errors: list[Exception] = []
+            self.busy_said: list[str] = []
+
+        def written(self, entries, cursor, runs):
+            self.heard.append(([e.id for e in entries], cursor))
+
+        def failed(self, error):
+            self.errors.append(error)
+
+        def busy(self, message):
+            self.busy_said.append(message)
+
+    def entry(i: int, run: str = "r") -> Entry:
+        s = np.array([i], np.int64)
+        return Entry(i, run, KIND_METRIC, "loss", 0, 1, s.tobytes(), s.astype(float).tobytes(), s.astype(float).tobytes(),
+                     None)
+
+    path = tmp_path / "app.sqlite"
+    LocalStore(path).close()
+    watcher = sqlite3.connect(path)  # another connection: PRAGMA data_version counts the writer's commits
+    writer = StoreWriter.acquire(path)
+    try:
+        writer.call(lambda store: None)  # opened, first rollout indexing done
+        a, b, bad = Link(), Link(), Link()
+
+        def while_busy(*writes: Write) -> int:
+            """The writes queued while the writer is in a call; the commits they took."""
+            gate = threading.Event()
+            busy = threading.Thread(target=writer.call, args=(lambda store: gate.wait(10),))
+            busy.start()
+            for w in writes:
+                writer.write(w)
+            before = watcher.execute("PRAGMA data_version").fetchone()[0]
+            gate.set()
+            busy.join(10)
+            writer.call(lambda store: None)  # everything queued before it is written
+            return watcher.execute("PRAGMA data_version").fetchone()[0] - before
+
+        assert while_busy(Write("tcp://a:1", [entry(1), entry(2)], 2, None, a), Write("tcp://b:1", [entry(1)], 1, None, b),
+                          Write("tcp://a:1", [entry(3)], 3, None, a)) == 1
+        assert a.heard == [([1, 2, 3], 3)] and b.heard == [([1], 1)]  # a's two pages joined: one tier fold
+        commits = while_busy(Write("tcp://bad:1", [entry(1)[:-1]], 1, None, bad),  # a field short: refused
+                             Write("tcp://a:1", [entry(4)], 4, None, a))
+        assert commits == 1 and a.heard[-1] == ([4], 4)  # the joint try rolled back, then a alone
+        assert a.errors == b.errors == [] and bad.heard == [] and len(bad.errors) == 1
+    finally:
+        writer.release()
+        watcher.close()
+    store = LocalStore(path)
+    assert store.series("tcp://a:1", "r", "loss")[0].tolist() == [1, 2, 3, 4]
+    assert store.series("tcp://b:1", "r", "loss")[0].tolist() == [1]
+    assert (store.cursor("tcp://a:1"), store.cursor("tcp://b:1"), store.cursor("tcp://bad:1")) == (4, 1, 0)
+    store.close()
 
 
 def test_a_batch_reaches_the_ui_with_each_metric_streams_chunks_joined_in_id_order():

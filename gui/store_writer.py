@@ -1,0 +1,206 @@
+"""The one thread that writes every link's pages into one store file.
+
+Why one: SQLite takes one writer at a time.  With each link writing its own pages, 16 links
+spent about 80 % of their time waiting for the store's lock, and each paid a transaction (and a
+tier fold per metric, at every level) per batch of its own.  Links hand their pages here instead;
+what is queued while a transaction runs goes into the next one, each agent's pages joined
+(group commit: an idle app writes a page at once, a busy one writes fewer and larger
+transactions, with no timer to tune), then each link hears what was written, in order.
+
+One bad page never rolls back anyone else's: a transaction that fails is written again one
+agent at a time, and only the link whose pages fail hears the error.
+"""
+
+from __future__ import annotations
+
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from pilothouse.wire.entries import KIND_ROLLOUTS, Entry
+
+from .local_store import LocalStore
+
+T = TypeVar("T")
+BUSY_PAUSE = 0.05  # seconds between tries while another connection of the app holds the store's lock
+INDEX_SECONDS = 0.05  # rollout indexing per transaction at most (the rest waits for the next one)
+
+
+class Writer(Protocol):
+    """What a link hears of its pages; called on the writer's thread."""
+
+    def written(self, entries: list[Entry], cursor: int, runs: list[dict] | None) -> None: ...
+
+    def failed(self, error: Exception) -> None: ...
+
+    def busy(self, message: str) -> None: ...
+
+
+@dataclass
+class Write:
+    """One agent's pages (entries in arrival order, the cursor they reach, its run list or None)."""
+
+    url: str
+    entries: list[Entry]
+    cursor: int
+    runs: list[dict] | None
+    link: Writer
+
+
+class _Call:
+    def __init__(self, fn: Callable[[LocalStore], Any]):
+        self.fn, self.future = fn, Future()
+
+
+_STOP = object()
+
+
+class StoreWriter:
+    """The writing thread of one store file, shared by the links that write to it
+    (``acquire``/``release``): it ends once the last link released it and its queue is written."""
+
+    _open: dict[str, StoreWriter] = {}
+    _guard = threading.Lock()
+
+    def __init__(self, path: str | Path | None):
+        self.path = path
+        self.users = 0
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name=f"store writer {path}", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def acquire(cls, path: str | Path | None) -> StoreWriter:
+        with cls._guard:
+            writer = cls._open.get(str(path))
+            if writer is None:
+                writer = cls._open[str(path)] = cls(path)
+            writer.users += 1
+            return writer
+
+    def release(self) -> None:
+        with self._guard:
+            self.users -= 1
+            if self.users == 0:
+                del self._open[str(self.path)]
+                self._jobs.put(_STOP)
+
+    def write(self, job: Write) -> None:
+        self._jobs.put(job)
+
+    def call(self, fn: Callable[[LocalStore], T], timeout: float | None = None) -> T:
+        """``fn(store)`` on the writer's thread, after every write queued before it; its result or
+        its exception."""
+        call = _Call(fn)
+        self._jobs.put(call)
+        return call.future.result(timeout)
+
+    # --- the writer's thread ------------------------------------------------------------------
+
+    def _main(self) -> None:
+        store: LocalStore | None = None
+        indexing = True  # rollouts may wait to be indexed (a store written before, or a link stopped midway)
+        stop = False
+        try:
+            while not stop:
+                jobs = [self._jobs.get()]
+                while not self._jobs.empty():
+                    jobs.append(self._jobs.get_nowait())
+                stop = _STOP in jobs  # the last link released it: write what is queued, then end
+                if store is None:
+                    try:
+                        store = self._retry(LocalStore, self.path, jobs=jobs)  # many app threads open it at once
+                    except Exception as exc:  # a broken store: every waiting link hears why
+                        _fail(jobs, exc)
+                        continue
+                writes: list[Write] = []
+                for job in jobs:
+                    if isinstance(job, Write):
+                        writes.append(job)
+                    elif isinstance(job, _Call):
+                        indexing = self._commit(store, writes, indexing)
+                        writes = []
+                        try:
+                            job.future.set_result(self._retry(job.fn, store, jobs=[]))
+                        except Exception as exc:
+                            job.future.set_exception(exc)
+                indexing = self._commit(store, writes, indexing)
+        finally:
+            if store is not None:
+                store.close()
+
+    def _commit(self, store: LocalStore, writes: list[Write], indexing: bool) -> bool:
+        """The writes in one transaction, each agent's joined (else one agent at a time, see the
+        module docstring), rollouts indexed, then each link told; whether indexing is left."""
+        if not writes:
+            return indexing
+        joined = _join(writes)
+        try:
+            self._retry(store.write_pages, [(w.url, w.entries, w.cursor, w.runs) for w in joined], jobs=joined)
+            done = joined
+        except Exception:
+            done = []
+            for w in joined:
+                try:
+                    self._retry(store.write_pages, [(w.url, w.entries, w.cursor, w.runs)], jobs=[w])
+                    done.append(w)
+                except Exception as exc:
+                    w.link.failed(exc)
+        if indexing or any(e.kind == KIND_ROLLOUTS for w in done for e in w.entries):
+            indexing = self._retry(_index, store, jobs=done)
+        for w in done:
+            w.link.written(w.entries, w.cursor, w.runs)
+        return indexing
+
+    def _retry(self, fn: Callable[..., T], *args: Any, jobs: list) -> T:
+        """``fn(*args)`` once the store's lock is free: another connection of the app (the UI's)
+        may hold it past SQLite's busy timeout on a CPU-starved machine, which must not end a link."""
+        while True:
+            try:
+                return fn(*args)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorname != "SQLITE_BUSY":
+                    raise
+                for job in jobs:
+                    if isinstance(job, Write):
+                        job.link.busy(f"the app's store is busy ({exc}); trying again")
+            time.sleep(BUSY_PAUSE)
+
+
+def _join(writes: list[Write]) -> list[Write]:
+    """One write per agent, its pages in arrival order (a transaction folds each metric once)."""
+    by_url: dict[str, Write] = {}
+    for w in writes:
+        old = by_url.get(w.url)
+        if old is None:
+            by_url[w.url] = Write(w.url, list(w.entries), w.cursor, w.runs, w.link)
+        else:
+            old.entries += w.entries
+            old.cursor = max(old.cursor, w.cursor)
+            old.runs = w.runs if w.runs is not None else old.runs
+    return list(by_url.values())
+
+
+def _fail(jobs: list, exc: Exception) -> None:
+    for job in jobs:
+        if isinstance(job, Write):
+            job.link.failed(exc)
+        elif isinstance(job, _Call):
+            job.future.set_exception(exc)
+
+
+def _index(store: LocalStore) -> bool:
+    """Index queued rollouts for up to INDEX_SECONDS, in short transactions, before the links hear
+    of the pages (a live batch is searchable and its step listed when the panel hears of it);
+    whether some are left.  A catch-up of millions indexes a slice per transaction."""
+    deadline = time.monotonic() + INDEX_SECONDS
+    due = True
+    while due and time.monotonic() < deadline:
+        due = store.index_rollouts()
+    return due
