@@ -17,11 +17,12 @@ before stay readable).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 import numpy as np
 import zstandard
 
-from pilothouse.tiers import LEVELS, RECORD, WIDTHS, first_level, reduce, regroup, whole
+from pilothouse.tiers import LEVELS, RECORD, WIDTHS, first_level, reduce_groups, regroup, whole
 
 BLOCK = 128  # buckets per stored row: a live append rewrites at most ~12 KB per level
 NO_IDS = np.empty(0, np.int64)
@@ -43,32 +44,63 @@ class TierTable:
                           f"NULL, records BLOB NOT NULL, ids BLOB, PRIMARY KEY ({', '.join(self.keys)}, level, block))")
 
     def fold(self, key: tuple, steps: np.ndarray, vals: np.ndarray, ids: np.ndarray | None = None) -> int:
-        """Fold points (in arrival order; ``ids``: each point's entry, kept when the table keeps
-        ids) into every level; returns the bytes of block rows written."""
-        listed = _ids_by_block(np.floor_divide(steps, WIDTHS[0] * BLOCK), ids) if self.ids else {}
-        new = first_level(steps, vals)
+        """``fold_many`` of one metric."""
+        return self.fold_many([(key, steps, vals, ids)])
+
+    def fold_many(self, items: Sequence[tuple[tuple, np.ndarray, np.ndarray, np.ndarray | None]]) -> int:
+        """Fold the points of many metrics, (key, steps, vals, ids) each (points in arrival order;
+        ``ids``: each point's entry, kept when the table keeps ids), into every level; returns the
+        bytes of block rows written.  Every metric is folded in one numpy pass per level
+        (``reduce_groups``): a write of many agents' pages costs per level, not per metric."""
+        index: dict[tuple, int] = {}
+        for key, steps, _, _ in items:
+            if len(steps):
+                index.setdefault(key, len(index))
+        if not index:
+            return 0
+        keys = list(index)
+        items = [item for item in items if len(item[1])]
+        group = np.repeat(np.array([index[key] for key, *_ in items]), [len(steps) for _, steps, _, _ in items])
+        steps = np.concatenate([np.asarray(s, np.int64) for _, s, _, _ in items])
+        vals = np.concatenate([np.asarray(v, np.float64) for _, _, v, _ in items])
+        listed = _ids_by_block(group, np.floor_divide(steps, WIDTHS[0] * BLOCK),
+                               np.concatenate([i for *_, i in items])) if self.ids else {}
+        new, groups = first_level(steps, vals, group)
         written = 0
         for level, width in enumerate(WIDTHS):
             if level:
-                new = regroup(new, width)
+                new, groups = regroup(new, width, groups)
             blocks = np.floor_divide(new["bucket"], BLOCK)
-            stored = {b: (rec, got) for b, rec, got in self.rows(key, level, int(blocks[0]), int(blocks[-1]))}
-            old = [rec for rec, _ in stored.values()]
-            merged = reduce(np.concatenate([*old, new])) if old else new  # stored ones arrived first
-            cuts = np.flatnonzero(np.diff(np.floor_divide(merged["bucket"], BLOCK))) + 1
-            touched, rows = set(blocks.tolist()), []
-            for part in np.split(merged, cuts):
-                block = int(part["bucket"][0] // BLOCK)
-                if block not in touched:  # a stored block between two new ones (an out-of-order page)
+            touched = _starts(groups, blocks)
+            old, old_groups, stored = [], [], {}
+            ends = np.flatnonzero(np.diff(groups, append=-1))  # each group's last record
+            for g, b0, b1 in zip(groups[ends].tolist(), blocks[np.flatnonzero(np.diff(groups, prepend=-1))].tolist(),
+                                 blocks[ends].tolist()):
+                for b, rec, got in self.rows(keys[g], level, b0, b1):
+                    stored[(g, b)] = got
+                    old.append(rec)
+                    old_groups.append(np.full(len(rec), g))
+            if old:  # stored ones arrived first; joined as bytes (np.concatenate pays per structured array)
+                joined = np.frombuffer(b"".join([*(rec.tobytes() for rec in old), new.tobytes()]), RECORD)
+                new_all, groups_all = reduce_groups(joined, np.concatenate([*old_groups, groups]))
+            else:
+                new_all, groups_all = new, groups
+            merged_blocks = np.floor_divide(new_all["bucket"], BLOCK)
+            cuts = np.flatnonzero(_change(groups_all, merged_blocks))
+            wanted = set(zip(groups[touched].tolist(), blocks[touched].tolist()))
+            rows = []
+            for start, end in zip(cuts.tolist(), [*cuts[1:].tolist(), len(new_all)]):
+                g, block = int(groups_all[start]), int(merged_blocks[start])
+                if (g, block) not in wanted:  # a stored block between two new ones (an out-of-order page)
                     continue
                 got = None
                 if level == 0 and self.ids:
-                    before = stored[block][1] if block in stored else NO_IDS
-                    got = np.union1d(before, listed.get(block, NO_IDS)).tobytes()
-                blob = self._encode(part)
-                rows.append((*key, level, block, blob, got))
+                    before = stored.get((g, block))
+                    got = np.union1d(NO_IDS if before is None else before, listed.get((g, block), NO_IDS)).tobytes()
+                blob = self._encode(new_all[start:end])
+                rows.append((*keys[g], level, block, blob, got))
                 written += len(blob) + (len(got) if got else 0)
-            self.conn.executemany(f"INSERT OR REPLACE INTO tiers VALUES ({', '.join('?' * (len(key) + 4))})", rows)
+            self.conn.executemany(f"INSERT OR REPLACE INTO tiers VALUES ({', '.join('?' * (len(keys[0]) + 4))})", rows)
         return written
 
     def rows(self, key: tuple, level: int, b0: int, b1: int) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
@@ -123,10 +155,22 @@ def _raw(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, RECORD)
 
 
-def _ids_by_block(blocks: np.ndarray, ids: np.ndarray) -> dict[int, np.ndarray]:
-    """The sorted distinct entry ids with points in each level-0 block."""
-    change = np.ones(len(ids), bool)
-    change[1:] = (blocks[1:] != blocks[:-1]) | (ids[1:] != ids[:-1])  # runs of one entry's points in one block
-    pairs = np.unique(np.stack([blocks[change], ids[change]], axis=1), axis=0)
-    cuts = np.flatnonzero(np.diff(pairs[:, 0])) + 1
-    return {int(p[0, 0]): p[:, 1].copy() for p in np.split(pairs, cuts)}
+def _change(*columns: np.ndarray) -> np.ndarray:
+    """Where any of these sorted columns changes value (the first row included)."""
+    change = np.zeros(len(columns[0]), bool)
+    change[:1] = True
+    for column in columns:
+        change[1:] |= column[1:] != column[:-1]
+    return change
+
+
+def _starts(*columns: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(_change(*columns))
+
+
+def _ids_by_block(group: np.ndarray, blocks: np.ndarray, ids: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+    """The sorted distinct entry ids with points in each (metric, level-0 block)."""
+    at = _starts(group, blocks, ids)  # runs of one entry's points in one block
+    triples = np.unique(np.stack([group[at], blocks[at], ids[at]], axis=1), axis=0)
+    cuts = _starts(triples[:, 0], triples[:, 1])
+    return {(int(t[0, 0]), int(t[0, 1])): t[:, 2].copy() for t in np.split(triples, cuts[1:])}

@@ -57,11 +57,27 @@ def reduce(rec: np.ndarray) -> np.ndarray:
     """Fold records sharing a bucket into one, in bucket order.  ``rec`` is in arrival order:
     the first point of a bucket is the one at its smallest step that arrived first, the last the
     one at its largest step that arrived last; a min or max at several steps is at the smallest."""
+    return reduce_groups(rec, None)[0]
+
+
+def reduce_groups(rec: np.ndarray, group: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``reduce`` of many metrics in one pass (what a page of many agents costs is then per page,
+    not per metric): ``group`` numbers each record's metric; records sharing a group and a bucket
+    fold into one, in (group, bucket) order; returns them and their groups."""
     if not len(rec):
-        return rec.copy()
-    if (np.diff(rec["bucket"]) < 0).any():
-        rec = rec[np.argsort(rec["bucket"], kind="stable")]
-    starts = np.flatnonzero(np.diff(rec["bucket"], prepend=rec["bucket"][0] - 1))
+        return rec.copy(), group
+    if group is None:
+        if (np.diff(rec["bucket"]) < 0).any():
+            rec = rec[np.argsort(rec["bucket"], kind="stable")]
+        starts = np.flatnonzero(np.diff(rec["bucket"], prepend=rec["bucket"][0] - 1))
+    else:
+        if (np.diff(group) < 0).any() or ((np.diff(rec["bucket"]) < 0) & (np.diff(group) == 0)).any():
+            order = np.lexsort((rec["bucket"], group))  # stable: arrival order kept within a bucket
+            rec, group = rec[order], group[order]
+        change = np.ones(len(rec), bool)
+        change[1:] = (np.diff(rec["bucket"]) != 0) | (np.diff(group) != 0)
+        starts = np.flatnonzero(change)
+        group = group[starts]
     sizes = np.diff(starts, append=len(rec))
     out = np.empty(len(starts), RECORD)
     out["bucket"] = rec["bucket"][starts]
@@ -78,20 +94,31 @@ def reduce(rec: np.ndarray) -> np.ndarray:
         x = fold.reduceat(rec["x" + field], starts)
         index = fold.reduceat(np.where(rec["x" + field] == np.repeat(x, sizes), order, none), starts)
         out[field], out["x" + field] = rec[field][index], x
-    return out
+    return out, group
 
 
-def first_level(steps: np.ndarray, vals: np.ndarray) -> np.ndarray:
-    """Level 0 of these points: ``regroup(points(steps, vals), BASE)``, computed on the plain
-    arrays when the steps do not go back (the usual page), which costs a third as much."""
-    if len(steps) < 2 or (np.diff(steps) < 0).any():
-        return regroup(points(steps, vals), BASE)
-    starts = np.flatnonzero(np.diff(np.floor_divide(steps, BASE), prepend=steps[0] // BASE - 1))
+def first_level(steps: np.ndarray, vals: np.ndarray, group: np.ndarray | None = None) -> tuple[np.ndarray,
+                                                                                                np.ndarray | None]:
+    """Level 0 of these points (of many metrics at once with ``group``, as in ``reduce_groups``):
+    ``regroup(points(steps, vals), BASE)``, computed on the plain arrays when the steps do not go
+    back within a group and the groups come in order (the usual page), which costs a third as much."""
+    bucket = np.floor_divide(steps, BASE)
+    if group is None:
+        sorted_ = not (np.diff(steps) < 0).any()
+        change = np.diff(bucket, prepend=bucket[:1] - 1) != 0
+    else:
+        same = np.diff(group) == 0
+        sorted_ = not ((np.diff(group) < 0).any() or (same & (np.diff(steps) < 0)).any())
+        change = np.ones(len(steps), bool)
+        change[1:] = (np.diff(bucket) != 0) | ~same
+    if len(steps) < 2 or not sorted_:
+        return regroup(points(steps, vals), BASE, group)
+    starts = np.flatnonzero(change)
     ends = np.append(starts[1:], len(steps))
     finite = np.isfinite(vals)
     clean = np.where(finite, vals, np.nan)
     out = np.empty(len(starts), RECORD)
-    out["bucket"] = np.floor_divide(steps[starts], BASE)
+    out["bucket"] = bucket[starts]
     out["count"] = ends - starts
     out["bad"] = np.add.reduceat(~finite, starts)
     out["xbad"] = np.minimum.reduceat(np.where(finite, NONE, steps), starts)
@@ -101,22 +128,22 @@ def first_level(steps: np.ndarray, vals: np.ndarray) -> np.ndarray:
         best = fold.reduceat(clean, starts)
         x = np.minimum.reduceat(np.where(clean == np.repeat(best, ends - starts), steps, NONE), starts)
         out[field], out["x" + field] = best, np.where(np.isnan(best), steps[starts], x)
-    return out
+    return out, None if group is None else group[starts]
 
 
-def regroup(rec: np.ndarray, width: int) -> np.ndarray:
-    """Records of a finer level (or raw points) folded into buckets of ``width`` steps."""
+def regroup(rec: np.ndarray, width: int, group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Records of a finer level (or raw points) folded into buckets of ``width`` steps (per group)."""
     out = rec.copy()
     out["bucket"] = np.floor_divide(out["xfirst"], width)  # a record lies inside one bucket of any coarser level
-    return reduce(out)
+    return reduce_groups(out, group)
 
 
 def levels(steps: np.ndarray, vals: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(level, buckets) of these points at every level, finest first."""
-    rec = first_level(np.asarray(steps, np.int64), np.asarray(vals, np.float64))
+    rec, _ = first_level(np.asarray(steps, np.int64), np.asarray(vals, np.float64))
     for level, width in enumerate(WIDTHS):
         if level:
-            rec = regroup(rec, width)
+            rec, _ = regroup(rec, width)
         yield level, rec
 
 

@@ -267,18 +267,20 @@ class LocalStore:
         it (an entry at or below the cursor is a repeat)."""
         with transaction(self.db):
             insert = self.db.conn.cursor()
+            new = []
             for url, entries, cursor, runs in pages:
                 before = self.cursor(url)
                 stored = [e for e in entries  # what was not stored before (nor dropped for a removed run)
                           if insert.execute("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                                             (url, *e)).rowcount == 1
                           or e[0] > before and e[2] == KIND_METRIC and self._append_part(url, e)]
-                self.tiers.add(url, stored)
+                new.append((url, stored))
                 self.db.execute("INSERT INTO agents (url, added, cursor, remembered) VALUES (?, ?, ?, 0) "
                                 "ON CONFLICT(url) DO UPDATE SET cursor=MAX(cursor, excluded.cursor)",
                                 [url, time.time(), cursor])
                 if runs is not None:
                     self._put_runs(url, runs)
+            self.tiers.add(new)
 
     def _append_part(self, url: str, e: Sequence) -> bool:
         """The rest of a packed entry this store holds a part of (not for a run removed from the app)."""

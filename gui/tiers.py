@@ -11,7 +11,7 @@ chart draws, for the store's own tiers and for those an agent answers for a run 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,18 +54,21 @@ class Tiers:
     def create(self) -> None:
         self.table.create()
 
-    def add(self, agent: str, entries: Sequence[Sequence]) -> None:
-        """Fold newly stored metric entries (protocol field order: id, run, kind, metric, rank, n,
-        steps, vals, times, body) into the tiers.  Only entries not stored before may be passed:
-        a re-sent page must not count twice (``LocalStore.write_page`` passes the rows it inserted)."""
-        groups: dict[tuple[str, str], list] = {}
-        for e in entries:
-            if e[2] == KIND_METRIC and e[5]:
-                groups.setdefault((e[1], e[3]), []).append(e)
-        for (run, metric), chunk in groups.items():
+    def add(self, stored: Iterable[tuple[str, Sequence[Sequence]]]) -> None:
+        """Fold newly stored metric entries of agents, (agent, entries) each (protocol field order:
+        id, run, kind, metric, rank, n, steps, vals, times, body), into the tiers, every metric in
+        one pass.  Only entries not stored before may be passed: a re-sent page must not count
+        twice (``LocalStore.write_pages`` passes the rows it inserted)."""
+        groups: dict[tuple[str, str, str], list] = {}
+        for agent, entries in stored:
+            for e in entries:
+                if e[2] == KIND_METRIC and e[5]:
+                    groups.setdefault((agent, e[1], e[3]), []).append(e)
+        items = []
+        for key, chunk in groups.items():
             steps, vals, _ = join_chunks([(e[6], e[7], e[8]) for e in chunk])
-            ids = np.repeat(np.array([e[0] for e in chunk], np.int64), [e[5] for e in chunk])
-            self.table.fold((agent, run, metric), steps, vals, ids)
+            items.append((key, steps, vals, np.repeat(np.array([e[0] for e in chunk], np.int64), [e[5] for e in chunk])))
+        self.table.fold_many(items)
 
     def add_all(self) -> None:
         """Build the tiers of every metric entry already stored (a store from before them)."""
@@ -73,7 +76,7 @@ class Tiers:
             rows = self.db.execute("SELECT id, run, kind, metric, rank, n, steps, vals, times, body FROM entries "
                                    "WHERE agent=? AND kind=? ORDER BY id", [agent, KIND_METRIC])
             while chunk := rows.fetchmany(MIGRATE_ROWS):
-                self.add(agent, chunk)
+                self.add([(agent, chunk)])
 
     def buckets(self, agent: str, run: str, metric: str, level: int, x0: float, x1: float) -> np.ndarray:
         """The filled buckets of ``level`` overlapping steps x0..x1, in step order."""

@@ -3,11 +3,13 @@ raw points, incremental pages equal to a one-shot build, re-sent pages counted o
 
 from __future__ import annotations
 
+import sqlite3
+
 import numpy as np
 import pytest
 
 from pilothouse.gui.local_store import LocalStore
-from pilothouse.tier_table import BLOCK
+from pilothouse.tier_table import BLOCK, TierTable
 from pilothouse.tiers import BASE, WIDTHS, first_level, level_for, points, reduce
 from pilothouse.wire.entries import Entry
 
@@ -187,7 +189,37 @@ def test_the_sorted_fast_path_equals_the_general_fold():
     vals[rng.integers(0, len(vals), 300)] = np.nan
     vals[100:140] = np.inf  # whole buckets without a finite value
     vals[rng.integers(0, len(vals), 50)] = -0.0
-    assert first_level(steps, vals).tobytes() == reduce(_with_buckets(points(steps, vals), BASE)).tobytes()
+    assert first_level(steps, vals)[0].tobytes() == reduce(_with_buckets(points(steps, vals), BASE)).tobytes()
+
+
+def test_many_metrics_folded_in_one_pass_equal_each_folded_alone():
+    """One write of many agents folds every metric in one numpy pass per level: the same blocks as
+    folding each metric alone, with metrics given out of order, one given twice (a resumed run's
+    second chunk, steps going back) and one with a single point."""
+    rng = np.random.default_rng(11)
+    items = []
+    for i, n in enumerate((3_000, 1, 700, 5_000)):
+        steps = np.sort(rng.integers(0, 20_000, n)) + i * 7
+        vals = rng.standard_normal(n)
+        vals[rng.integers(0, n, max(n // 50, 1))] = np.nan
+        items.append(((f"agent{i % 2}", f"m{i}"), steps, vals, np.arange(n, dtype=np.int64) // 100 + 1))
+    key, steps, vals, ids = items[2]
+    items.append((key, steps[:200] - 5, vals[:200], ids[:200] + 1000))  # the same metric again, steps back
+    items = [items[3], items[0], items[2], items[1], items[4]]
+
+    def rows(fold) -> list[tuple]:
+        conn = sqlite3.connect(":memory:")
+        table = TierTable(conn, ("agent", "metric"), ids=True)
+        table.create()
+        fold(table)
+        return conn.execute("SELECT * FROM tiers ORDER BY agent, metric, level, block").fetchall()
+
+    def alone(table):
+        for item in items:
+            table.fold(*item)
+
+    together = rows(lambda table: table.fold_many(items))
+    assert together == rows(alone) and len(together) > 4 * len(WIDTHS)
 
 
 def _with_buckets(rec: np.ndarray, width: int) -> np.ndarray:

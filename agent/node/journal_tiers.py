@@ -106,9 +106,8 @@ class JournalTiers:
 
     def flush(self, run: str) -> None:
         """Fold what of ``run`` waits; its tiers are then whole."""
-        for metric, chunks in self.waiting.pop(run, {}).items():
-            steps, vals = _joined(chunks)
-            self.written += self.table.fold((run, metric), steps, vals)
+        self.written += self.table.fold_many([((run, metric), *_joined(chunks), None)
+                                              for metric, chunks in self.waiting.pop(run, {}).items()])
         self._since.pop(run, None)
         self.conn.execute("DELETE FROM tier_marks WHERE run=?", [run])
 
