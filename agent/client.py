@@ -73,6 +73,7 @@ class Client:
         self._ids = itertools.count(1)
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
+        self._failed: set[int] = set()
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
@@ -96,12 +97,17 @@ class Client:
                 self._monitor = None
             self._sock.close(linger=0)
             self._sock = None
+        self._failed = set()
+
+    def _handshakes(self) -> set[int]:
+        """The failed-handshake events seen on this socket so far."""
+        while self._monitor is not None and self._monitor.poll(0):
+            self._failed.add(zmq.utils.monitor.parse_monitor_message(self._monitor.recv_multipart())["event"])
+        return self._failed
 
     def _unavailable(self) -> AgentUnavailable:
         """Why no answer came: a refused or failed CURVE handshake says so, anything else is silence."""
-        events = set()
-        while self._monitor is not None and self._monitor.poll(0):
-            events.add(zmq.utils.monitor.parse_monitor_message(self._monitor.recv_multipart())["event"])
+        events = set(self._handshakes())
         self._reset()
         if zmq.EVENT_HANDSHAKE_FAILED_AUTH in events:
             return AgentUnavailable(self._curve.refused(self.url), refused=True)
@@ -130,7 +136,7 @@ class Client:
         sent = False
         while True:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or zmq.EVENT_HANDSHAKE_FAILED_AUTH in self._handshakes():  # a refused key: said at once
                 raise self._unavailable()
             if not sent:
                 try:

@@ -281,8 +281,10 @@ def test_outsiders_read_nothing_and_apply_nothing(tmp_path, guarded):
         client.runs()
     with Client(remote, timeout=2, keys=stranger) as client, pytest.raises(AgentUnavailable, match="refused"):
         client.command(run_id, "pause", wait=3)  # told at once, not "stays queued" after the wait
+    began = time.monotonic()
     out = cli("pause", run_id, "--agent", remote, "--timeout", "20", keys=stranger.dir)
     assert out.returncode == 1 and "refused this client's key" in out.stderr and "queued" not in out.stderr
+    assert time.monotonic() - began < 10  # the refusal is final: said at once, not after the 20 s wait
     with Client(remote, timeout=2, keys=impostor) as client, pytest.raises(AgentUnavailable, match="handshake"):
         client.runs()
 
