@@ -266,21 +266,35 @@ class LocalStore:
         ``pilothouse.wire.entries``): its rest, arriving later under the same id, is appended to
         it (an entry at or below the cursor is a repeat)."""
         with transaction(self.db):
-            insert = self.db.conn.cursor()
             new = []
             for url, entries, cursor, runs in pages:
-                before = self.cursor(url)
-                stored = [e for e in entries  # what was not stored before (nor dropped for a removed run)
-                          if insert.execute("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                                            (url, *e)).rowcount == 1
-                          or e[0] > before and e[2] == KIND_METRIC and self._append_part(url, e)]
-                new.append((url, stored))
+                new.append((url, self._insert(url, entries)))
                 self.db.execute("INSERT INTO agents (url, added, cursor, remembered) VALUES (?, ?, ?, 0) "
                                 "ON CONFLICT(url) DO UPDATE SET cursor=MAX(cursor, excluded.cursor)",
                                 [url, time.time(), cursor])
                 if runs is not None:
                     self._put_runs(url, runs)
             self.tiers.add(new)
+
+    def _insert(self, url: str, entries: Sequence[Sequence]) -> list[Sequence]:
+        """Store one agent's entries in one statement; returns those not stored before (nor dropped
+        for a removed run), with a part's rest as just its own points.  An id at or below the cursor
+        is a repeat; one above it that is stored already is a packed entry's part, and one given
+        twice here is a part and its rest (joined before they are stored)."""
+        before = self.cursor(url)
+        fresh: dict[int, Sequence] = {}
+        for e in entries:
+            if e[0] > before:
+                got = fresh.get(e[0])
+                fresh[e[0]] = e if got is None else _joined_part(got, e)
+        if not fresh:
+            return []
+        held = {i for (i,) in self.db.execute("SELECT id FROM entries WHERE agent=? AND id>?", [url, before])}
+        dropped = {r for (r,) in self.db.execute("SELECT run FROM removed_runs WHERE agent=?", [url])}
+        rows = [e for i, e in fresh.items() if i not in held and e[1] not in dropped]
+        self.db.conn.executemany("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                                 [(url, *e) for e in rows])
+        return rows + [e for i, e in fresh.items() if i in held and e[2] == KIND_METRIC and self._append_part(url, e)]
 
     def _append_part(self, url: str, e: Sequence) -> bool:
         """The rest of a packed entry this store holds a part of (not for a run removed from the app)."""
@@ -510,6 +524,13 @@ class LocalStore:
                 took = max(time.perf_counter() - started, 1e-6)
                 rows = max(1, min(batch, rows * 2, int(rows * BATCH_SECONDS / took)))
                 time.sleep(BATCH_PAUSE)
+
+
+def _joined_part(part: Sequence, rest: Sequence) -> Sequence:
+    """A packed entry's part and its rest, arrived in one write, as one entry."""
+    if part[2] != KIND_METRIC:
+        return part  # not a part: a repeat
+    return (*part[:5], part[5] + rest[5], part[6] + rest[6], part[7] + rest[7], part[8] + rest[8], part[9])
 
 
 def _title(run: dict) -> str:
