@@ -56,6 +56,29 @@ def test_entries_are_idempotent_and_the_cursor_survives_reopening(tmp_path):
     assert store.agents()[0]["name"] == "node-a"
 
 
+def test_a_packed_entrys_part_and_its_rest_store_alike_in_one_write_or_two(tmp_path):
+    """A page ending inside a packed entry carries its part under an id above the cursor; the rest
+    comes under the same id.  Written in two transactions or joined in one (the writer joins an
+    agent's queued pages), the store holds the same entry, tiers and sizes; a repeat adds nothing."""
+    part, rest = chunk(4, "r1", "loss", [0, 1], [1.0, 2.0]), chunk(4, "r1", "loss", [2, 3, 4], [3.0, np.nan, 5.0])
+    before = chunk(3, "r1", "loss", [], [])
+
+    def stored(store: LocalStore) -> tuple:
+        return (store.series(A, "r1", "loss")[0].tolist(), store.cursor(A),
+                store.db.execute("SELECT id, n FROM entries ORDER BY id").fetchall(),
+                store.db.execute("SELECT level, block, records, ids FROM tiers ORDER BY level, block").fetchall(),
+                store.run_sizes())
+
+    two = LocalStore(tmp_path / "two.sqlite")
+    two.write_page(A, [before, part], 3)
+    two.write_page(A, [rest], 4)
+    two.write_page(A, [rest], 4)  # the same page again: a repeat below the cursor
+    one = LocalStore(tmp_path / "one.sqlite")
+    one.write_pages([(A, [before, part, rest], 4, None)])  # the two pages as the writer joins them
+    assert stored(one) == stored(two)
+    assert stored(one)[0] == [0, 1, 2, 3, 4] and stored(one)[2] == [(3, 0), (4, 5)]
+
+
 def test_cursor_never_goes_back(tmp_path):
     store = LocalStore(tmp_path / "s.sqlite")
     store.write_page(A, page(), 5)
