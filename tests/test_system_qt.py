@@ -96,3 +96,27 @@ def test_gpu_node_gets_a_curve_per_gpu_and_no_label(qtbot, tmp_path):
     finally:
         agents[0].stop()
         thread.join(10)
+
+
+def test_a_packed_entrys_rest_is_shown_and_a_page_seen_twice_is_not(qtbot):
+    """A page that ends inside a packed entry carries its part under the entry's id (above the
+    cursor); the rest comes with the next page under the same id.  Both show, once each."""
+    import numpy as np
+
+    from pilothouse.wire.entries import Entry
+
+    def samples(id_: int, times: list[float]) -> Entry:
+        t = np.array(times)
+        return Entry(id_, "sys-node1", KIND_METRIC, "cpu/util", 0, len(t), np.zeros(len(t), np.int64).tobytes(),
+                     (t - 1000.0).tobytes(), t.tobytes(), None)
+
+    panel = SystemPanel()
+    qtbot.addWidget(panel)
+    url = "tcp://127.0.0.1:7001"
+    panel.add_entries(url, [samples(1, [1000.0, 1001.0]), samples(3, [1002.0])])  # 3: a part
+    second = [samples(3, [1003.0, 1004.0]), samples(4, [1005.0])]  # 3's rest, then more
+    panel.add_entries(url, second)
+    panel.add_entries(url, second)  # the same page again
+    [node] = panel.nodes.values()
+    cpu = node.charts[CPU].curves["cpu"].series
+    assert cpu.x.tolist() == [1000.0, 1001.0, 1002.0, 1003.0, 1004.0, 1005.0]

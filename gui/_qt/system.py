@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -115,7 +116,7 @@ class SystemPanel(QWidget):
         super().__init__()
         self.nodes: dict[RunKey, NodeSection] = {}  # the sections built: every node's, or the chosen one's
         self.hosts: dict[RunKey, str] = {}  # every node with a system run
-        self.seen: dict[str, int] = {}  # agent url -> journal id up to which history was loaded
+        self.seen: dict[str, tuple[int, float]] = {}  # agent url -> (the last journal id shown, its last time)
         self.store: LocalStore | None = None
         self.grid = GpuGrid()
         self.grid_panel = GpuGridPanel(self.grid)
@@ -161,7 +162,7 @@ class SystemPanel(QWidget):
         self.grid.clear()
         with store.snapshot():
             runs = [r for r in store.runs() if r.get("kind") == "system"]
-            self.seen = {agent: store.cursor(agent) for agent in {r["agent"] for r in runs}}
+            self.seen = {agent: (store.cursor(agent), -np.inf) for agent in {r["agent"] for r in runs}}
             self.hosts = {(r["agent"], r["id"]): r.get("host") or r["id"] for r in runs}
             for agent in self.seen:
                 self.grid.note_runs(agent, store.runs(agent))
@@ -183,18 +184,20 @@ class SystemPanel(QWidget):
 
     def add_entries(self, agent: str, entries: list[Entry]) -> None:
         """Live samples; a node first seen here (its run not yet in the store) gets a section too.
-        The floor moves up with each entry, so a re-delivered page adds nothing."""
+        The floor moves up with each entry, so a re-delivered page adds nothing, but a packed entry's
+        rest (its part came under the same id, above the cursor: ``pilothouse.wire.entries``) does."""
         heard = time.time()
         count = len(self.hosts)
         for e in entries:
-            if e.id <= self.seen.get(agent, 0):
-                continue
-            self.seen[agent] = e.id
+            last_id, last_time = self.seen.get(agent, (0, -np.inf))
+            _, vals, times = entry_points(e) if e.kind == KIND_METRIC else (None, None, np.empty(0))
+            if e.id < last_id or e.id == last_id and not (len(times) and times[0] > last_time):
+                continue  # a repeat; a packed entry's rest comes under its part's id, later in time
+            self.seen[agent] = (e.id, times[-1] if len(times) else -np.inf)
             if e.kind != KIND_METRIC or not e.run.startswith(SYSTEM_RUN_PREFIX):
                 continue
             key = (agent, e.run)
             host = self.hosts.setdefault(key, e.run.removeprefix(SYSTEM_RUN_PREFIX))
-            _, vals, times = entry_points(e)
             self.grid_dirty |= self.grid.add(key, e.metric, times, vals, host=host, heard=heard)
             node = self.nodes.get(key)
             if node is None and not self.many:
