@@ -164,7 +164,10 @@ class ChartWidget(pg.PlotWidget):
 
     def set_emphasis(self, name: str | None) -> None:
         """Draw curve ``name`` wide and on top and dim the others (a hovered legend entry); None: all alike."""
-        self.emphasis = name if name in self.curves else None
+        emphasis = name if name in self.curves else None
+        if emphasis == self.emphasis:
+            return  # every curve is styled for it (a new curve styles itself): adding runs stays linear
+        self.emphasis = emphasis
         for key, curve in self.curves.items():
             self._style(key, curve)
 

@@ -381,7 +381,8 @@ class ChartsPanel(QWidget):
             slot = self.slots[key]
             label = self.labels.get(key, key[1]) + (" (superseded)" if faint else "")
             chart.add_curve(name, color=color(slot), label=label, dashed=dashed(slot), faint=faint, series=stored)
-            chart.set_hidden(name, key in self.hidden)
+            if key in self.hidden:
+                chart.set_hidden(name, True)
             chart.set_emphasis(_curve(self.emphasis) if self.emphasis is not None else None)
         xs = times if self.x_axis.currentText() == "wall time" else steps.astype(float)
         chart.append(name, xs, vals)
