@@ -149,21 +149,20 @@ def never_seen(points: int, metrics: int, trials: int) -> dict:
                 t = time.perf_counter()
                 run = next(r for r in client.runs() if r["id"] == "big")
                 names = sorted(run["summary"])
-                drawn = {}
-                for name in names:
-                    top = client.tiers("big", name, -2.0 ** 63, 2.0 ** 63, level=LEVELS - 1)
-                    x0, x1 = float(top["xfirst"].min()), float(top["xlast"].max())
-                    cols = client.tiers("big", name, x0, x1, WIDTH, by_column=True)
-                    drawn[name] = drawn_columns(cols, _level(x0, x1), none, none)
-                    out["answer_bytes"] = max(out["answer_bytes"], cols.nbytes)
+                tops = client.tiers("big", names, -2.0 ** 63, 2.0 ** 63, level=LEVELS - 1)
+                x0 = min(float(top["xfirst"].min()) for top in tops.values())  # the linked charts' range
+                x1 = max(float(top["xlast"].max()) for top in tops.values())
+                answers = client.tiers("big", names, x0, x1, WIDTH, by_column=True)
+                drawn = {name: drawn_columns(cols, _level(x0, x1), none, none) for name, cols in answers.items()}
+                out["answer_bytes"] = max(out["answer_bytes"], *(cols.nbytes for cols in answers.values()))
                 out["open_s"].append(time.perf_counter() - t)
                 assert len(drawn) == metrics and max(v.maxs.max() for v in drawn.values()) == 1e6  # every spike
             for move, (a, b) in moves(x0, x1, "level 0").items():
                 times = []
                 for _ in range(trials):
                     t = time.perf_counter()
-                    for name in names:
-                        drawn_columns(client.tiers("big", name, a, b, WIDTH, by_column=True), _level(a, b), none, none)
+                    for cols in client.tiers("big", names, a, b, WIDTH, by_column=True).values():
+                        drawn_columns(cols, _level(a, b), none, none)
                     times.append(time.perf_counter() - t)
                 out["moves_s"][move] = times
         out["panel"] = [remote_trial(agent.url) for _ in range(trials)]
@@ -207,8 +206,7 @@ def remote_child(url: str) -> dict:
                     (x0, x1), _ = chart.getViewBox().viewRange()
                     pixels = max(int(chart.getViewBox().width() * chart.devicePixelRatioF()), 1)
                     for curve in chart.curves.values():
-                        got = curve.series.remote.answer(curve.series.key)
-                        ready &= got is not None and (got.x0, got.x1, got.pixels) == (x0, x1, pixels)
+                        ready &= curve.series.answered(x0, x1, pixels)  # an answer that serves its range and width
                 if ready:
                     panel.grab()
                     return time.perf_counter() - started
@@ -260,8 +258,8 @@ def old_journal(points: int, metrics: int) -> dict:
     try:
         with Client(agent.url, timeout=60) as client:
             started = time.perf_counter()
-            out["not_ready_answer"] = client.tiers("big", "metric/0", 0, points, level=0) is None
-            while client.tiers("big", "metric/0", 0, points, 1000) is None:
+            out["not_ready_answer"] = client.tiers("big", ["metric/0"], 0, points, level=0) is None
+            while client.tiers("big", ["metric/0"], 0, points, 1000) is None:
                 p = time.perf_counter()
                 client.ping()
                 out["pings_s"].append(time.perf_counter() - p)
