@@ -13,11 +13,11 @@ wrote, measured at ``--tb-points`` in all and scaled linearly to each size (it r
 ``--never-seen N``: the case of an app that has never seen the run.  A finished run of METRICS x N
 points is generated straight into an agent's journal (packed entries of 2,048 points as the
 compactor leaves them, and the journal's tiers), a real agent is started on it, and a client asks
-what the app asks first: the run list, then for each metric its extent (the top level) and the
-buckets of the whole run folded per column of WIDTH by the agent, turned into the curves a chart
-draws (``gui.tiers.drawn``), as the app's ``RemoteSeries`` does;
-then the same pan and zoom moves as above, every metric each.  The Qt paint itself is not in these
-times (it is in the open time above).
+what the app asks first: the run list, then every metric's extent (the top level) in one request
+and the buckets of the whole run folded per column of WIDTH by the agent in another, turned into
+the curves a chart draws (``gui.tiers.drawn``), as the app's ``RemoteSeries`` does; then the same
+pan and zoom moves as above, every metric in one request each.  The Qt paint itself is not in these
+times; it is in the charts panel's, measured next in fresh processes (``remote_child``).
 
     python benchmarks/bench_tiers.py [--sizes 10e6,30e6,100e6] [--metrics 10] [--today-max 10e6]
     python benchmarks/bench_tiers.py --never-seen 100e6 [--metrics 10]
@@ -173,9 +173,11 @@ def never_seen(points: int, metrics: int, trials: int) -> dict:
 
 def remote_child(url: str) -> dict:
     """In this process: the charts panel on an empty store, the run list from the agent, the run
-    shown (``RemoteSeries``: its agent's tiers) until every chart is painted with the answer for its
-    range and width; then the pan/zoom moves: the repaint at once (with the columns at hand, the
-    new range asked), and the time until every chart is painted with the new answers."""
+    shown (``RemoteSeries``: its agent's tiers) until every chart is painted with an answer that
+    serves its range and width (``RemoteSeries.answered``: what the app takes as final, an answer
+    covering the range on about as many columns); then the pan/zoom moves: the repaint at once
+    (with the columns at hand, the new range asked), and the time until every chart is painted
+    with the new answers."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
