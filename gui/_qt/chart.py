@@ -296,8 +296,9 @@ class ChartWidget(pg.PlotWidget):
         bad = []
         for curve in self.curves.values():
             xs, ys = curve.series.view(x0, x1, pixels)
+            # the very arrays of last time (a RemoteSeries awaiting its answer): the curve stands, the view moves
             if curve.shown is None or xs is not curve.shown[0] or ys is not curve.shown[1]:
-                curve.raw.setData(xs, ys)  # the same arrays (a RemoteSeries awaiting its answer): the curve stands
+                curve.raw.setData(xs, ys)
                 curve.shown = (xs, ys)
             if curve.ema is not None:
                 curve.smooth.setData(*curve.ema.update().view(x0, x1, pixels))
