@@ -13,7 +13,7 @@ import itertools
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from pilothouse.wire.messages import (
     ACK_STATES,
     MAX_MESSAGE_BYTES,
     MAX_PAGE_POINTS,
+    MAX_TIER_METRICS,
     ProtocolError,
     message,
     pack,
@@ -179,24 +180,34 @@ class Client:
             raise ProtocolError("the agent's read answer is malformed")
         return check_page(data.get("entries"), data.get("cursor"))
 
-    def tiers(self, run: str, metric: str, x0: float, x1: float, pixels: int = 1000,
-              level: int | None = None, by_column: bool = False) -> np.ndarray | None:
-        """The buckets of ``metric``'s tiers over steps x0..x1 (``pilothouse.tiers.RECORD``), at
-        ``level`` or at the one that gives ``pixels`` columns at least two buckets each; with
-        ``by_column``, folded per pixel column by the agent (``pilothouse.tiers.columns``: bucket is
-        the column).  None while the agent is still building the run's tiers (read its points instead)."""
+    def tiers(self, run: str, metrics: Sequence[str], x0: float, x1: float, pixels: int = 1000,
+              level: int | None = None, by_column: bool = False) -> dict[str, np.ndarray] | None:
+        """Per metric of ``metrics``, the buckets of its tiers over steps x0..x1
+        (``pilothouse.tiers.RECORD``), at ``level`` or at the one that gives ``pixels`` columns at
+        least two buckets each; with ``by_column``, folded per pixel column by the agent
+        (``pilothouse.tiers.columns``: bucket is the column).  Asked MAX_TIER_METRICS metrics a
+        request (every chart of a run in one round trip).  None while the agent is still building
+        the run's tiers (read its points instead)."""
+        if isinstance(metrics, str):
+            raise TypeError("metrics is a list of metric names, not one name")
         if level is None:
             level = max(level_for(x0, x1, pixels), 0)
-        args = {"run": run, "metric": metric, "level": level, "x0": x0, "x1": x1}
-        data = self.request("tiers", **args, **({"pixels": pixels} if by_column else {}))
-        if not isinstance(data, dict) or not isinstance(data.get("ready"), bool):
-            raise ProtocolError("the agent's tiers answer is malformed")
-        if not data["ready"]:
-            return None
-        blob = data.get("records")
-        if data.get("level") != level or not isinstance(blob, bytes) or len(blob) % RECORD.itemsize:
-            raise ProtocolError("the agent's tiers answer is malformed")
-        return np.frombuffer(blob, RECORD)
+        names = list(dict.fromkeys(metrics))
+        got: dict[str, np.ndarray] = {}
+        for at in range(0, len(names), MAX_TIER_METRICS):
+            part = names[at:at + MAX_TIER_METRICS]
+            data = self.request("tiers", run=run, metrics=part, level=level, x0=x0, x1=x1,
+                                **({"pixels": pixels} if by_column else {}))
+            if not isinstance(data, dict) or not isinstance(data.get("ready"), bool):
+                raise ProtocolError("the agent's tiers answer is malformed")
+            if not data["ready"]:
+                return None
+            blobs = data.get("records")
+            if data.get("level") != level or not isinstance(blobs, list) or len(blobs) != len(part) or any(
+                    not isinstance(b, bytes) or len(b) % RECORD.itemsize for b in blobs):
+                raise ProtocolError("the agent's tiers answer is malformed")
+            got.update(zip(part, (np.frombuffer(b, RECORD) for b in blobs)))
+        return got
 
     def history(self, run: str | None = None, kinds: Iterable[str] | None = None,
                 after: int = 0) -> Iterator[Page]:

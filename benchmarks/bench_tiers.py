@@ -13,11 +13,11 @@ wrote, measured at ``--tb-points`` in all and scaled linearly to each size (it r
 ``--never-seen N``: the case of an app that has never seen the run.  A finished run of METRICS x N
 points is generated straight into an agent's journal (packed entries of 2,048 points as the
 compactor leaves them, and the journal's tiers), a real agent is started on it, and a client asks
-what the app asks first: the run list, then for each metric its extent (the top level) and the
-buckets of the whole run folded per column of WIDTH by the agent, turned into the curves a chart
-draws (``gui.tiers.drawn``), as the app's ``RemoteSeries`` does;
-then the same pan and zoom moves as above, every metric each.  The Qt paint itself is not in these
-times (it is in the open time above).
+what the app asks first: the run list, then every metric's extent (the top level) in one request
+and the buckets of the whole run folded per column of WIDTH by the agent in another, turned into
+the curves a chart draws (``gui.tiers.drawn``), as the app's ``RemoteSeries`` does; then the same
+pan and zoom moves as above, every metric in one request each.  The Qt paint itself is not in these
+times; it is in the charts panel's, measured next in fresh processes (``remote_child``).
 
     python benchmarks/bench_tiers.py [--sizes 10e6,30e6,100e6] [--metrics 10] [--today-max 10e6]
     python benchmarks/bench_tiers.py --never-seen 100e6 [--metrics 10]
@@ -149,21 +149,20 @@ def never_seen(points: int, metrics: int, trials: int) -> dict:
                 t = time.perf_counter()
                 run = next(r for r in client.runs() if r["id"] == "big")
                 names = sorted(run["summary"])
-                drawn = {}
-                for name in names:
-                    top = client.tiers("big", name, -2.0 ** 63, 2.0 ** 63, level=LEVELS - 1)
-                    x0, x1 = float(top["xfirst"].min()), float(top["xlast"].max())
-                    cols = client.tiers("big", name, x0, x1, WIDTH, by_column=True)
-                    drawn[name] = drawn_columns(cols, _level(x0, x1), none, none)
-                    out["answer_bytes"] = max(out["answer_bytes"], cols.nbytes)
+                tops = client.tiers("big", names, -2.0 ** 63, 2.0 ** 63, level=LEVELS - 1)
+                x0 = min(float(top["xfirst"].min()) for top in tops.values())  # the linked charts' range
+                x1 = max(float(top["xlast"].max()) for top in tops.values())
+                answers = client.tiers("big", names, x0, x1, WIDTH, by_column=True)
+                drawn = {name: drawn_columns(cols, _level(x0, x1), none, none) for name, cols in answers.items()}
+                out["answer_bytes"] = max(out["answer_bytes"], *(cols.nbytes for cols in answers.values()))
                 out["open_s"].append(time.perf_counter() - t)
                 assert len(drawn) == metrics and max(v.maxs.max() for v in drawn.values()) == 1e6  # every spike
             for move, (a, b) in moves(x0, x1, "level 0").items():
                 times = []
                 for _ in range(trials):
                     t = time.perf_counter()
-                    for name in names:
-                        drawn_columns(client.tiers("big", name, a, b, WIDTH, by_column=True), _level(a, b), none, none)
+                    for cols in client.tiers("big", names, a, b, WIDTH, by_column=True).values():
+                        drawn_columns(cols, _level(a, b), none, none)
                     times.append(time.perf_counter() - t)
                 out["moves_s"][move] = times
         out["panel"] = [remote_trial(agent.url) for _ in range(trials)]
@@ -174,9 +173,11 @@ def never_seen(points: int, metrics: int, trials: int) -> dict:
 
 def remote_child(url: str) -> dict:
     """In this process: the charts panel on an empty store, the run list from the agent, the run
-    shown (``RemoteSeries``: its agent's tiers) until every chart is painted with the answer for its
-    range and width; then the pan/zoom moves: the repaint at once (with the columns at hand, the
-    new range asked), and the time until every chart is painted with the new answers."""
+    shown (``RemoteSeries``: its agent's tiers) until every chart is painted with an answer that
+    serves its range and width (``RemoteSeries.answered``: what the app takes as final, an answer
+    covering the range on about as many columns); then the pan/zoom moves: the repaint at once
+    (with the columns at hand, the new range asked), and the time until every chart is painted
+    with the new answers."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
@@ -207,8 +208,7 @@ def remote_child(url: str) -> dict:
                     (x0, x1), _ = chart.getViewBox().viewRange()
                     pixels = max(int(chart.getViewBox().width() * chart.devicePixelRatioF()), 1)
                     for curve in chart.curves.values():
-                        got = curve.series.remote.answer(curve.series.key)
-                        ready &= got is not None and (got.x0, got.x1, got.pixels) == (x0, x1, pixels)
+                        ready &= curve.series.answered(x0, x1, pixels)  # an answer that serves its range and width
                 if ready:
                     panel.grab()
                     return time.perf_counter() - started
@@ -260,8 +260,8 @@ def old_journal(points: int, metrics: int) -> dict:
     try:
         with Client(agent.url, timeout=60) as client:
             started = time.perf_counter()
-            out["not_ready_answer"] = client.tiers("big", "metric/0", 0, points, level=0) is None
-            while client.tiers("big", "metric/0", 0, points, 1000) is None:
+            out["not_ready_answer"] = client.tiers("big", ["metric/0"], 0, points, level=0) is None
+            while client.tiers("big", ["metric/0"], 0, points, 1000) is None:
                 p = time.perf_counter()
                 client.ping()
                 out["pings_s"].append(time.perf_counter() - p)

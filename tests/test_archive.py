@@ -104,8 +104,9 @@ def test_a_run_archived_and_imported_comes_back_whole(agent_proc, tmp_path):
             after = everything(client, run)
             assert [r["id"] for r in client.runs() if r["kind"] == "train"] == [run]
             steps, vals, _ = client.series(run, "loss")  # its tiers are built between turns, from its points
-            wait_until(lambda: client.tiers(run, "loss", 0, 100, level=0) is not None, what="the tiers built")
-            assert client.tiers(run, "loss", 0, 100, level=0).tobytes() == dict(levels(steps, vals))[0].tobytes()
+            wait_until(lambda: client.tiers(run, ["loss"], 0, 100, level=0) is not None, what="the tiers built")
+            got = client.tiers(run, ["loss"], 0, 100, level=0)["loss"]
+            assert got.tobytes() == dict(levels(steps, vals))[0].tobytes()
         imported = after["events"].pop()
         assert after == before  # every point bit-exact, config (as steered), status, rollouts, events, search
         assert [h["rollout"]["prompt"] for h in after["found"]] == ["p3 ✓"]

@@ -20,6 +20,7 @@ from pilothouse.node.compactor import Compactor
 from pilothouse.node.journal import Store
 from pilothouse.node.journal_tiers import MAX_QUERY_BLOCKS, NotReady
 from pilothouse.tiers import LEVELS, WIDTHS, columns, level_for, levels
+from pilothouse.wire.messages import MAX_TIER_METRICS
 
 ALL = (-2.0 ** 63, 2.0 ** 63)
 
@@ -199,30 +200,34 @@ def test_a_real_agent_answers_tiers_equal_to_a_fold_of_a_real_trainers_points(tm
     try:
         run = finished_run(tmp_path, proc, 40_000)
         with proc.client() as client:
+            folds = {}
             for metric in ("loss", "odd", "sparse"):
                 steps, vals, _ = client.series(run, metric)
-                want = dict(levels(steps, vals))
+                want = folds[metric] = dict(levels(steps, vals))
                 for level in (0, 2, 5, LEVELS - 1):
                     if metric == "sparse" and level == 0:
                         continue
-                    got = client.tiers(run, metric, *ALL, level=level)
+                    got = client.tiers(run, [metric], *ALL, level=level)[metric]
                     assert got.tobytes() == want[level].tobytes(), (metric, level)
-                for x0, x1, pixels in ((1234.0, 20_000.5, 300), (0, 3_600_000, 500), (17, 39_999, 64)):
-                    level = level_for(x0, x1, pixels)
-                    width = WIDTHS[level]
+            for x0, x1, pixels in ((1234.0, 20_000.5, 300), (0, 3_600_000, 500), (17, 39_999, 64)):
+                level = level_for(x0, x1, pixels)
+                width = WIDTHS[level]
+                every = client.tiers(run, ["loss", "odd", "sparse"], x0, x1, pixels)  # the level that fits
+                cols = client.tiers(run, ["loss", "odd", "sparse"], x0, x1, pixels, by_column=True)  # one request
+                assert list(every) == list(cols) == ["loss", "odd", "sparse"]
+                for metric, want in folds.items():
                     rec = want[level][(want[level]["bucket"] >= x0 // width) & (want[level]["bucket"] <= x1 // width)]
-                    got = client.tiers(run, metric, x0, x1, pixels)  # the level that fits these columns
-                    assert got.tobytes() == rec.tobytes(), (metric, x0, x1, pixels)
-                    cols = client.tiers(run, metric, x0, x1, pixels, by_column=True)  # folded per column
-                    assert cols.tobytes() == columns(rec, level, x0, x1, pixels)[0].tobytes()
-                    assert len(cols) <= pixels
-            top = client.tiers(run, "loss", *ALL, level=LEVELS - 1)
+                    assert every[metric].tobytes() == rec.tobytes(), (metric, x0, x1, pixels)
+                    assert cols[metric].tobytes() == columns(rec, level, x0, x1, pixels)[0].tobytes()
+                    assert len(cols[metric]) <= pixels
+            top = client.tiers(run, ["loss"], *ALL, level=LEVELS - 1)["loss"]
             assert top["max"].max() == pytest.approx(1e6, rel=1e-3) and top["xmax"][0] % 7919 == 0  # the spike
-            assert client.tiers(run, "odd", *ALL, level=LEVELS - 1)["bad"].sum() == 10  # NaN and ±Inf counted
+            assert client.tiers(run, ["odd"], *ALL, level=LEVELS - 1)["odd"]["bad"].sum() == 10  # NaN and ±Inf counted
 
             bad = [
-                ({"run": "nope", "metric": "loss"}, "no run with id"),
-                ({"metric": "nope"}, "has no metric"),
+                ({"run": "nope"}, "no run with id"),
+                ({"metrics": ["nope"]}, "has no metric"),
+                ({"metrics": ["loss", "nope"]}, "has no metric"),  # one unknown metric refuses the whole query
                 ({"level": LEVELS}, r"level must be an int in \[0, 15\]"),
                 ({"level": -1}, "level must be an int"),
                 ({"level": "2"}, "level must be an int"),
@@ -230,23 +235,35 @@ def test_a_real_agent_answers_tiers_equal_to_a_fold_of_a_real_trainers_points(tm
                 ({"x0": "a"}, "x0 must be a number"),
                 ({"x1": None}, "x1 must be a number"),
                 ({"x0": float("nan")}, "x0 must be a finite step"),
+                ({"x1": float("inf")}, "x1 must be a finite step"),
                 ({"x1": 2.0 ** 70}, "x1 must be a finite step"),
                 ({"x0": 10.0, "x1": 5.0}, "x1 must not be below x0"),
-                ({"metric": "sparse", "level": 0}, f"more than the {MAX_QUERY_BLOCKS} a query reads"),
+                ({"metrics": ["sparse"], "level": 0}, f"more than the {MAX_QUERY_BLOCKS} a query reads"),
+                ({"metrics": ["loss", "sparse"], "level": 0}, f"more than the {MAX_QUERY_BLOCKS} a query reads"),
                 ({"run": 7}, "run must be str"),
-                ({"metric": ["loss"]}, "metric name must be a string"),
+                ({"metrics": "loss"}, "metrics must be list"),
+                ({"metrics": None}, "metrics must be list"),
+                ({"metrics": {"loss": 1}}, "metrics must be list"),
+                ({"metrics": []}, f"metrics must list 1 to {MAX_TIER_METRICS} metric names, got 0"),
+                ({"metrics": ["loss"] * (MAX_TIER_METRICS + 1)}, f"must list 1 to {MAX_TIER_METRICS} metric names"),
+                ({"metrics": ["loss", 7]}, "metric name must be a string, not int"),
+                ({"metrics": [["loss"]]}, "metric name must be a string, not list"),
+                ({"metrics": ["loss", "lo\u200bss"]}, "invisible format character"),
                 ({"pixels": 0}, r"pixels must be an int in \[1, 16384\]"),
                 ({"pixels": 10 ** 9}, "pixels must be an int"),
                 ({"pixels": 2.5}, "pixels must be an int"),
-                ({"width": 3}, "a tiers query takes run, metric, level, x0, x1 and pixels, not width"),
+                ({"width": 3}, "a tiers query takes run, metrics, level, x0, x1 and pixels, not width"),
+                ({"metric": "loss"}, "a tiers query takes run, metrics, level, x0, x1 and pixels, not metric"),
             ]
             for change, why in bad:
-                args = {"run": run, "metric": "loss", "level": 0, "x0": ALL[0], "x1": ALL[1], **change}
+                args = {"run": run, "metrics": ["loss"], "level": 0, "x0": ALL[0], "x1": ALL[1], **change}
                 with pytest.raises(AgentError, match=why):
                     client.request("tiers", **args)
+            with pytest.raises(TypeError, match="not one name"):
+                client.tiers(run, "loss", *ALL, level=LEVELS - 1)  # a name is not a list of its letters
             ping = client.ping()
             assert ping["bad_frames"] == len(bad) and ping["internal_errors"] == 0  # refused, nothing broken
-            assert client.tiers(run, "loss", *ALL, level=LEVELS - 1).tobytes() == top.tobytes()
+            assert client.tiers(run, ["loss"], *ALL, level=LEVELS - 1)["loss"].tobytes() == top.tobytes()
     finally:
         proc.stop()
 
@@ -273,7 +290,7 @@ def test_an_agent_killed_with_points_waiting_builds_their_tiers_when_it_starts_a
     try:
         run = finished_run(tmp_path, proc, 20_000)
         with proc.client() as client:
-            assert client.tiers(run, "loss", *ALL, level=3) is not None  # answered from what waits in memory
+            assert client.tiers(run, ["loss"], *ALL, level=3) is not None  # answered from what waits in memory
         proc.kill()  # SIGKILL: the points waiting to be folded are lost from memory, their mark is on disk
         con = sqlite3.connect(proc.data / "journal.sqlite")
         assert (run,) in con.execute("SELECT run FROM tier_marks").fetchall()
@@ -281,10 +298,10 @@ def test_an_agent_killed_with_points_waiting_builds_their_tiers_when_it_starts_a
         proc.start()
         with proc.client() as client:
             steps, vals, _ = client.series(run, "loss")
-            wait_until(lambda: client.tiers(run, "loss", *ALL, level=0) is not None, what="the tiers built again")
+            wait_until(lambda: client.tiers(run, ["loss"], *ALL, level=0) is not None, what="the tiers built again")
             for level in (0, 4, LEVELS - 1):
                 want = dict(levels(steps, vals))[level]
-                assert client.tiers(run, "loss", *ALL, level=level).tobytes() == want.tobytes()
+                assert client.tiers(run, ["loss"], *ALL, level=level)["loss"].tobytes() == want.tobytes()
     finally:
         proc.stop()
 

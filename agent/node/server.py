@@ -44,6 +44,8 @@ from pilothouse.wire.entries import check_kinds
 from pilothouse.wire.messages import (
     MAX_INBOUND_BYTES,
     MAX_PAGE_POINTS,
+    MAX_TIER_METRICS,
+    MAX_TIER_PIXELS,
     ProtocolError,
     decode,
     message,
@@ -61,7 +63,6 @@ TURN_MESSAGES = 2000  # bound one turn so acks and readers are never starved
 TURN_SECONDS = 0.05
 TURN_BYTES = MAX_INBOUND_BYTES  # what one turn decodes and holds at once: a fast trainer's backlog waits in ZeroMQ
 INDEX_TEXT_BYTES = 128 * 1024  # rollout text indexed per slice between turns: about 6 ms (see the README)
-MAX_TIER_PIXELS = 16_384  # pixel columns a tiers query may fold into (a chart on an 8K screen and then some)
 LOCAL, REMOTE = b"L", b"R"  # peer tags: which socket a routing id belongs to
 FEED_TYPES = frozenset({"sub", "credit", "unsub"})  # a reader following the journal
 REMOTE_TYPES = FEED_TYPES | {"q"}  # readers and commands; trainers stay local
@@ -710,30 +711,34 @@ class Agent:
         return {"entries": entries, "cursor": cursor}
 
     def _op_tiers(self, args: dict) -> dict:
-        """The buckets of one metric's tiers at ``level`` over steps x0..x1 (``records``: a
-        ``pilothouse.tiers.RECORD`` array), so an app that never saw a run draws it at once; with
-        ``pixels``, folded per pixel column (one record per column: the answer's size is the
-        chart's width, not the level's); ``ready`` False while the run's tiers are being built
-        (its points are read meanwhile)."""
-        unknown = set(args) - {"run", "metric", "level", "x0", "x1", "pixels"}
+        """The buckets of some of a run's metrics' tiers at ``level`` over steps x0..x1 (``records``:
+        per metric, in the order asked, a ``pilothouse.tiers.RECORD`` array), so an app that never saw
+        a run draws every chart of it in one round trip; with ``pixels``, folded per pixel column (one
+        record per column: the answer's size is the charts' width, not the level's); ``ready`` False
+        while the run's tiers are being built (its points are read meanwhile)."""
+        unknown = set(args) - {"run", "metrics", "level", "x0", "x1", "pixels"}
         if unknown:
-            raise ValueError(f"a tiers query takes run, metric, level, x0, x1 and pixels, "
+            raise ValueError(f"a tiers query takes run, metrics, level, x0, x1 and pixels, "
                              f"not {', '.join(sorted(unknown))}")
         pixels = args.get("pixels")
         if pixels is not None:
             check_int(pixels, "pixels", 1, MAX_TIER_PIXELS)
-        run, metric = query_arg(args, "run", str), check_name(args.get("metric"), "metric name")
+        run, metrics = query_arg(args, "run", str), query_arg(args, "metrics", list)
+        if not 1 <= len(metrics) <= MAX_TIER_METRICS:
+            raise ValueError(f"metrics must list 1 to {MAX_TIER_METRICS} metric names, got {len(metrics)}")
+        names = [check_name(m, "metric name") for m in metrics]
         level = check_int(args.get("level"), "level", 0, LEVELS - 1)
         x0, x1 = (check_step_bound(args.get(k), k) for k in ("x0", "x1"))
         if x1 < x0:
             raise ValueError(f"x1 must not be below x0, got {x0:g}..{x1:g}")
         try:
-            rec = self.store.tier_buckets(run, metric, level, x0, x1)
+            recs = [self.store.tier_buckets(run, name, level, x0, x1) for name in names]
         except NotReady as exc:
             return {"ready": False, "detail": str(exc)}
         if pixels is not None:
-            rec = columns(rec, level, x0, x1, pixels)[0]
-        return {"ready": True, "level": level, "width": WIDTHS[level], "pixels": pixels, "records": rec.tobytes()}
+            recs = [columns(rec, level, x0, x1, pixels)[0] for rec in recs]
+        return {"ready": True, "level": level, "width": WIDTHS[level], "pixels": pixels,
+                "records": [rec.tobytes() for rec in recs]}
 
     def _op_rollouts(self, args: dict) -> dict:
         """A run's rollouts of one step or of its latest steps, without reading the run from its start;

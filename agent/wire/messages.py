@@ -36,6 +36,11 @@ MAX_INBOUND_BYTES = 8 * 1024 * 1024  # ZMQ_MAXMSGSIZE on the agent's sockets; a 
 MAX_INBOUND_CONTAINERS = 1 << 19  # maps and lists in one inbound message; a trainer's batch is at most half
 MAX_HELLO_BYTES = 1 << 20  # a run's config, schema and alert rules
 MAX_PAGE_POINTS = 200_000  # points per reply page; keeps replies far below the frame bound
+# metrics one tiers query answers: up to 3 MB each (a query's bound on blocks read), so a reply stays
+# below MAX_MESSAGE_BYTES; a query holds the agent's loop as long as that many one-metric queries
+# (10 metrics of a chart-wide view of a 100 M-point run: about 20 ms)
+MAX_TIER_METRICS = 16
+MAX_TIER_PIXELS = 16_384  # pixel columns a tiers query may fold into (a chart on an 8K screen and then some)
 
 
 class ProtocolError(ValueError):

@@ -57,6 +57,7 @@ class _Curve:
     label: str = ""  # what the legend and the readout call it (a run's name)
     dashed: bool = False
     faint: bool = False  # points a later attempt superseded: dotted, behind the run's curve
+    shown: tuple[np.ndarray, np.ndarray] | None = None  # what ``raw`` was last given
 
 
 @dataclass
@@ -297,7 +298,11 @@ class ChartWidget(pg.PlotWidget):
         pixels = max(int(self._vb.width() * self.devicePixelRatioF()), 1)  # device pixels
         bad = []
         for curve in self.curves.values():
-            curve.raw.setData(*curve.series.view(x0, x1, pixels))
+            xs, ys = curve.series.view(x0, x1, pixels)
+            # the very arrays of last time (a RemoteSeries awaiting its answer): the curve stands, the view moves
+            if curve.shown is None or xs is not curve.shown[0] or ys is not curve.shown[1]:
+                curve.raw.setData(xs, ys)
+                curve.shown = (xs, ys)
             if curve.ema is not None:
                 curve.smooth.setData(*curve.ema.update().view(x0, x1, pixels))
             bad.append(curve.series.nonfinite(x0, x1))
