@@ -80,9 +80,8 @@ class TierTable:
                     stored[(g, b)] = got
                     old.append(rec)
                     old_groups.append(np.full(len(rec), g))
-            if old:  # stored ones arrived first; joined as bytes (np.concatenate pays per structured array)
-                joined = np.frombuffer(b"".join([*(rec.tobytes() for rec in old), new.tobytes()]), RECORD)
-                new_all, groups_all = reduce_groups(joined, np.concatenate([*old_groups, groups]))
+            if old:  # stored ones arrived first
+                new_all, groups_all = reduce_groups(_join([*old, new]), np.concatenate([*old_groups, groups]))
             else:
                 new_all, groups_all = new, groups
             merged_blocks = np.floor_divide(new_all["bucket"], BLOCK)
