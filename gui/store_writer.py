@@ -3,9 +3,9 @@
 Why one: SQLite takes one writer at a time.  With each link writing its own pages, 16 links
 spent about 80 % of their time waiting for the store's lock, and each paid a transaction (and a
 tier fold per metric, at every level) per batch of its own.  Links hand their pages here instead;
-what is queued while a transaction runs goes into the next one, each agent's pages joined
-(group commit: an idle app writes a page at once, a busy one writes fewer and larger
-transactions, with no timer to tune), then each link hears what was written, in order.
+what is queued while a transaction runs, or within WRITE_GAP of the last one, goes into the next
+one, each agent's pages joined (group commit: a busy app writes fewer and larger transactions),
+then each link hears what was written, in order.
 
 One bad page never rolls back anyone else's: a transaction that fails is written again one
 agent at a time, and only the link whose pages fail hears the error.
@@ -30,6 +30,8 @@ from .local_store import LocalStore
 T = TypeVar("T")
 BUSY_PAUSE = 0.05  # seconds between tries while another connection of the app holds the store's lock
 INDEX_SECONDS = 0.05  # rollout indexing per transaction at most (the rest waits for the next one)
+WRITE_GAP = 0.05  # seconds from one write to the next at least: a write costs per metric and level (the
+                  # tiers rewrite each metric's last block at every level), so small pages are joined
 
 
 class Writer(Protocol):
@@ -107,9 +109,12 @@ class StoreWriter:
         store: LocalStore | None = None
         indexing = True  # rollouts may wait to be indexed (a store written before, or a link stopped midway)
         stop = False
+        written = 0.0  # when the last transaction ended
         try:
             while not stop:
                 jobs = [self._jobs.get()]
+                if isinstance(jobs[0], Write):  # pages that come meanwhile join this write
+                    time.sleep(max(0.0, written + WRITE_GAP - time.monotonic()))
                 while not self._jobs.empty():
                     jobs.append(self._jobs.get_nowait())
                 stop = _STOP in jobs  # the last link released it: write what is queued, then end
@@ -131,6 +136,7 @@ class StoreWriter:
                         except Exception as exc:
                             job.future.set_exception(exc)
                 indexing = self._commit(store, writes, indexing)
+                written = time.monotonic()
         finally:
             if store is not None:
                 store.close()
