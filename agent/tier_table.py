@@ -66,41 +66,64 @@ class TierTable:
         listed = _ids_by_block(group, np.floor_divide(steps, WIDTHS[0] * BLOCK),
                                np.concatenate([i for *_, i in items])) if self.ids else {}
         new, groups = first_level(steps, vals, group)
-        written = 0
+        levels = []
         for level, width in enumerate(WIDTHS):
             if level:
                 new, groups = regroup(new, width, groups)
-            blocks = np.floor_divide(new["bucket"], BLOCK)
-            touched = _starts(groups, blocks)
-            old, old_groups, stored = [], [], {}
-            ends = np.flatnonzero(np.diff(groups, append=-1))  # each group's last record
-            for g, b0, b1 in zip(groups[ends].tolist(), blocks[np.flatnonzero(np.diff(groups, prepend=-1))].tolist(),
-                                 blocks[ends].tolist()):
-                for b, rec, got in self.rows(keys[g], level, b0, b1):
-                    stored[(g, b)] = got
-                    old.append(rec)
-                    old_groups.append(np.full(len(rec), g))
+            levels.append((new, groups, np.floor_divide(new["bucket"], BLOCK)))
+        stored = self._stored(keys, levels)
+        written, rows = 0, []
+        for level, (new, groups, blocks) in enumerate(levels):
+            old = stored.get(level, [])
             if old:  # stored ones arrived first
-                new_all, groups_all = reduce_groups(_join([*old, new]), np.concatenate([*old_groups, groups]))
+                new_all, groups_all = reduce_groups(_join([*(rec for _, _, rec, _ in old), new]),
+                                                    np.concatenate([*(np.full(len(rec), g) for g, _, rec, _ in old),
+                                                                    groups]))
             else:
                 new_all, groups_all = new, groups
+            listed_before = {(g, b): got for g, b, _, got in old}
             merged_blocks = np.floor_divide(new_all["bucket"], BLOCK)
             cuts = np.flatnonzero(_change(groups_all, merged_blocks))
+            touched = _starts(groups, blocks)
             wanted = set(zip(groups[touched].tolist(), blocks[touched].tolist()))
-            rows = []
             for start, end in zip(cuts.tolist(), [*cuts[1:].tolist(), len(new_all)]):
                 g, block = int(groups_all[start]), int(merged_blocks[start])
                 if (g, block) not in wanted:  # a stored block between two new ones (an out-of-order page)
                     continue
                 got = None
                 if level == 0 and self.ids:
-                    before = stored.get((g, block))
+                    before = listed_before.get((g, block))
                     got = np.union1d(NO_IDS if before is None else before, listed.get((g, block), NO_IDS)).tobytes()
                 blob = self._encode(new_all[start:end])
                 rows.append((*keys[g], level, block, blob, got))
                 written += len(blob) + (len(got) if got else 0)
-            self.conn.executemany(f"INSERT OR REPLACE INTO tiers VALUES ({', '.join('?' * (len(keys[0]) + 4))})", rows)
+        self.conn.executemany(f"INSERT OR REPLACE INTO tiers VALUES ({', '.join('?' * (len(keys[0]) + 4))})", rows)
         return written
+
+    def _stored(self, keys: list[tuple], levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+                ) -> dict[int, list[tuple[int, int, np.ndarray, np.ndarray | None]]]:
+        """Per level, (group, block, buckets, entry ids) of the stored blocks each group's new records
+        span, in one query (a write of many metrics asked each (metric, level) alone: most of its time)."""
+        wants = []
+        for level, (_, groups, blocks) in enumerate(levels):
+            firsts = np.flatnonzero(np.diff(groups, prepend=-1))
+            lasts = np.flatnonzero(np.diff(groups, append=-1))
+            wants += [(g, *keys[g], level, b0, b1) for g, b0, b1 in
+                      zip(groups[firsts].tolist(), blocks[firsts].tolist(), blocks[lasts].tolist())]
+        names = ", ".join(self.keys)
+        self.conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS tier_wants (g INTEGER, {names}, level INTEGER, "
+                          "b0 INTEGER, b1 INTEGER)")
+        self.conn.executemany(f"INSERT INTO temp.tier_wants VALUES ({', '.join('?' * (len(self.keys) + 4))})", wants)
+        on = " AND ".join(f"t.{k}=w.{k}" for k in self.keys)
+        found = self.conn.execute(f"SELECT w.g, t.level, t.block, t.records, t.ids FROM temp.tier_wants w CROSS JOIN "
+                                  f"tiers t ON {on} AND t.level=w.level AND t.block BETWEEN w.b0 AND w.b1 "
+                                  "ORDER BY t.level, w.g, t.block").fetchall()
+        self.conn.execute("DELETE FROM temp.tier_wants")
+        out: dict[int, list] = {}
+        for g, level, block, records, ids in found:
+            out.setdefault(level, []).append((g, block, self._decode(records),
+                                              None if ids is None else np.frombuffer(ids, np.int64)))
+        return out
 
     def rows(self, key: tuple, level: int, b0: int, b1: int) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
         """(block, buckets, entry ids or None) of the stored blocks b0..b1 of ``level``."""
