@@ -3,8 +3,8 @@
 Why one: SQLite takes one writer at a time.  With each link writing its own pages, 16 links
 spent about 80 % of their time waiting for the store's lock, and each paid a transaction (and a
 tier fold per metric, at every level) per batch of its own.  Links hand their pages here instead;
-what is queued while a transaction runs, or within WRITE_GAP of the last one (longer after a
-long one: WRITE_SHARE), goes into the next one, each agent's pages joined (group commit: a busy app writes fewer and larger transactions),
+what is queued while a transaction runs, or within WRITE_GAP of the last one, goes into the next
+one, each agent's pages joined (group commit: a busy app writes fewer and larger transactions),
 then each link hears what was written, in order.
 
 One bad page never rolls back anyone else's: a transaction that fails is written again one
@@ -32,7 +32,6 @@ BUSY_PAUSE = 0.05  # seconds between tries while another connection of the app h
 INDEX_SECONDS = 0.05  # rollout indexing per transaction at most (the rest waits for the next one)
 WRITE_GAP = 0.05  # seconds from one write to the next at least: a write costs per metric and level (the
                   # tiers rewrite each metric's last block at every level), so small pages are joined
-WRITE_SHARE = 2.0  # ... or this many times the last write's time: writing takes at most a third of a core
 
 
 class Writer(Protocol):
@@ -110,12 +109,12 @@ class StoreWriter:
         store: LocalStore | None = None
         indexing = True  # rollouts may wait to be indexed (a store written before, or a link stopped midway)
         stop = False
-        written = took = 0.0  # when the last transaction ended, and how long it took
+        written = 0.0  # when the last transaction ended
         try:
             while not stop:
                 jobs = [self._jobs.get()]
                 if isinstance(jobs[0], Write):  # pages that come meanwhile join this write
-                    time.sleep(max(0.0, written + max(WRITE_GAP, WRITE_SHARE * took) - time.monotonic()))
+                    time.sleep(max(0.0, written + WRITE_GAP - time.monotonic()))
                 while not self._jobs.empty():
                     jobs.append(self._jobs.get_nowait())
                 stop = _STOP in jobs  # the last link released it: write what is queued, then end
@@ -136,10 +135,8 @@ class StoreWriter:
                             job.future.set_result(self._retry(job.fn, store, jobs=[]))
                         except Exception as exc:
                             job.future.set_exception(exc)
-                began = time.monotonic()
                 indexing = self._commit(store, writes, indexing)
                 written = time.monotonic()
-                took = written - began
         finally:
             if store is not None:
                 store.close()
