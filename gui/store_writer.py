@@ -180,12 +180,12 @@ class StoreWriter:
 
 
 def _join(writes: list[Write]) -> list[Write]:
-    """One write per agent, its pages in arrival order (a transaction folds each metric once)."""
-    by_url: dict[str, Write] = {}
+    """One write per link (an agent's), its pages in arrival order (a transaction folds each metric once)."""
+    by_url: dict[tuple[str, int], Write] = {}
     for w in writes:
-        old = by_url.get(w.url)
+        old = by_url.get((w.url, id(w.link)))
         if old is None:
-            by_url[w.url] = Write(w.url, list(w.entries), w.cursor, w.runs, w.link)
+            by_url[(w.url, id(w.link))] = Write(w.url, list(w.entries), w.cursor, w.runs, w.link)
         else:
             old.entries += w.entries
             old.cursor = max(old.cursor, w.cursor)
