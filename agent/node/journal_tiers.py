@@ -98,22 +98,23 @@ class JournalTiers:
                 self._since[e.run] = (now, 0)
             self.waiting[e.run].setdefault(e.metric, []).append((e.steps, e.vals))
             self._since[e.run] = (self._since[e.run][0], self._since[e.run][1] + e.n)
-        for run, (since, count) in list(self._since.items()):
-            if run not in hidden and (count >= FLUSH_POINTS or now - since >= FLUSH_SECONDS):
-                self.flush(run)
+        self.flush(*(run for run, (since, count) in self._since.items()
+                     if run not in hidden and (count >= FLUSH_POINTS or now - since >= FLUSH_SECONDS)))
         while sum(count for _, count in self._since.values()) > MAX_WAITING:
             self.flush(max(self._since, key=lambda run: self._since[run][1]))
 
-    def flush(self, run: str) -> None:
-        """Fold what of ``run`` waits; its tiers are then whole."""
-        self.written += self.table.fold_many([((run, metric), *_joined(chunks), None)
+    def flush(self, *runs: str) -> None:
+        """Fold what of these runs waits, in one pass (a fold costs per level, whatever it holds);
+        their tiers are then whole."""
+        runs = list(runs)
+        self.written += self.table.fold_many([((run, metric), *_joined(chunks), None) for run in runs
                                               for metric, chunks in self.waiting.pop(run, {}).items()])
-        self._since.pop(run, None)
-        self.conn.execute("DELETE FROM tier_marks WHERE run=?", [run])
+        for run in runs:
+            self._since.pop(run, None)
+        self.conn.executemany("DELETE FROM tier_marks WHERE run=?", [[run] for run in runs])
 
     def flush_all(self) -> None:
-        for run in list(self.waiting):
-            self.flush(run)
+        self.flush(*self.waiting)
 
     def forget(self, run: str) -> None:
         """A run being removed: nothing of it waits or is built any more."""
