@@ -118,28 +118,31 @@ class StoreWriter:
                 while not self._jobs.empty():
                     jobs.append(self._jobs.get_nowait())
                 stop = _STOP in jobs  # the last link released it: write what is queued, then end
-                if store is None:
-                    try:
+                try:
+                    if store is None:
                         store = self._retry(LocalStore, self.path, jobs=jobs)  # many app threads open it at once
-                    except Exception as exc:  # a broken store: every waiting link hears why
-                        _fail(jobs, exc)
-                        continue
-                writes: list[Write] = []
-                for job in jobs:
-                    if isinstance(job, Write):
-                        writes.append(job)
-                    elif isinstance(job, _Call):
-                        indexing = self._commit(store, writes, indexing)
-                        writes = []
-                        try:
-                            job.future.set_result(self._retry(job.fn, store, jobs=[]))
-                        except Exception as exc:
-                            job.future.set_exception(exc)
-                indexing = self._commit(store, writes, indexing)
+                    indexing = self._run(store, jobs, indexing)
+                except Exception as exc:  # a broken store or a bug: every waiting link hears why, the writer goes on
+                    _fail(jobs, exc)
                 written = time.monotonic()
         finally:
             if store is not None:
                 store.close()
+
+    def _run(self, store: LocalStore, jobs: list, indexing: bool) -> bool:
+        """The jobs in order: the writes between two calls in one transaction; whether indexing is left."""
+        writes: list[Write] = []
+        for job in jobs:
+            if isinstance(job, Write):
+                writes.append(job)
+            elif isinstance(job, _Call):
+                indexing = self._commit(store, writes, indexing)
+                writes = []
+                try:
+                    job.future.set_result(self._retry(job.fn, store, jobs=[]))
+                except Exception as exc:
+                    job.future.set_exception(exc)
+        return self._commit(store, writes, indexing)
 
     def _commit(self, store: LocalStore, writes: list[Write], indexing: bool) -> bool:
         """The writes in one transaction, each agent's joined (else one agent at a time, see the
@@ -161,7 +164,10 @@ class StoreWriter:
         if indexing or any(e.kind == KIND_ROLLOUTS for w in done for e in w.entries):
             indexing = self._retry(_index, store, jobs=done)
         for w in done:
-            w.link.written(w.entries, w.cursor, w.runs)
+            try:
+                w.link.written(w.entries, w.cursor, w.runs)
+            except Exception as exc:  # its callback failed (a bug in what it feeds): that link ends, not the others
+                w.link.failed(exc)
         return indexing
 
     def _retry(self, fn: Callable[..., T], *args: Any, jobs: list) -> T:
@@ -197,7 +203,7 @@ def _fail(jobs: list, exc: Exception) -> None:
     for job in jobs:
         if isinstance(job, Write):
             job.link.failed(exc)
-        elif isinstance(job, _Call):
+        elif isinstance(job, _Call) and not job.future.done():
             job.future.set_exception(exc)
 
 

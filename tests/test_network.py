@@ -13,9 +13,10 @@ from conftest import AgentProcess, as_owner, batch_fields, finish, free_port, st
 
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.network import AgentLink, Links
+from pilothouse.gui.store_writer import StoreWriter, Write
 from pilothouse.node.compactor import Compactor
 from pilothouse.node.journal import Store
-from pilothouse.wire.entries import KIND_METRIC, entry_points
+from pilothouse.wire.entries import KIND_METRIC, Entry, entry_points
 from pilothouse.wire.messages import pack, unpack
 
 TRAINER = """
@@ -301,34 +302,36 @@ def test_each_page_names_the_sub_it_answers_so_an_earlier_subs_pages_are_told_ap
         sock.close(linger=0)
 
 
+class WriterLink:
+    """What a link hears from the store's writer (``store_writer.Writer``), recorded."""
+
+    def __init__(self):
+        self.heard: list[tuple[list[int], int]] = []
+        self.errors: list[Exception] = []
+        self.busy_said: list[str] = []
+
+    def written(self, entries, cursor, runs):
+        self.heard.append(([e.id for e in entries], cursor))
+
+    def failed(self, error):
+        self.errors.append(error)
+
+    def busy(self, message):
+        self.busy_said.append(message)
+
+
+def one_point(i: int, run: str = "r") -> Entry:
+    s = np.array([i], np.int64)
+    return Entry(i, run, KIND_METRIC, "loss", 0, 1, s.tobytes(), s.astype(float).tobytes(), s.astype(float).tobytes(),
+                 None)
+
+
 def test_the_store_writer_commits_what_queued_meanwhile_in_one_transaction_and_a_bad_page_fails_alone(tmp_path):
     """Pages queued while the writer is busy go into its next transaction, each agent's joined (one
     tier fold per metric); links hear of their pages in order.  A page the store refuses fails its
     own link only: the others' pages in the same transaction are written."""
     import sqlite3
 
-    from pilothouse.gui.store_writer import StoreWriter, Write
-    from pilothouse.wire.entries import Entry
-
-    class Link:
-        def __init__(self):
-            self.heard: list[tuple[list[int], int]] = []
-            self.errors: list[Exception] = []
-            self.busy_said: list[str] = []
-
-        def written(self, entries, cursor, runs):
-            self.heard.append(([e.id for e in entries], cursor))
-
-        def failed(self, error):
-            self.errors.append(error)
-
-        def busy(self, message):
-            self.busy_said.append(message)
-
-    def entry(i: int, run: str = "r") -> Entry:
-        s = np.array([i], np.int64)
-        return Entry(i, run, KIND_METRIC, "loss", 0, 1, s.tobytes(), s.astype(float).tobytes(), s.astype(float).tobytes(),
-                     None)
 
     path = tmp_path / "app.sqlite"
     LocalStore(path).close()
@@ -336,7 +339,7 @@ def test_the_store_writer_commits_what_queued_meanwhile_in_one_transaction_and_a
     writer = StoreWriter.acquire(path)
     try:
         writer.call(lambda store: None)  # opened, first rollout indexing done
-        a, b, bad = Link(), Link(), Link()
+        a, b, bad = WriterLink(), WriterLink(), WriterLink()
 
         def while_busy(*writes: Write) -> int:
             """The writes queued while the writer is in a call; the commits they took."""
@@ -351,11 +354,11 @@ def test_the_store_writer_commits_what_queued_meanwhile_in_one_transaction_and_a
             writer.call(lambda store: None)  # everything queued before it is written
             return watcher.execute("PRAGMA data_version").fetchone()[0] - before
 
-        assert while_busy(Write("tcp://a:1", [entry(1), entry(2)], 2, None, a), Write("tcp://b:1", [entry(1)], 1, None, b),
-                          Write("tcp://a:1", [entry(3)], 3, None, a)) == 1
+        assert while_busy(Write("tcp://a:1", [one_point(1), one_point(2)], 2, None, a), Write("tcp://b:1", [one_point(1)], 1, None, b),
+                          Write("tcp://a:1", [one_point(3)], 3, None, a)) == 1
         assert a.heard == [([1, 2, 3], 3)] and b.heard == [([1], 1)]  # a's two pages joined: one tier fold
-        commits = while_busy(Write("tcp://bad:1", [entry(1)[:-1]], 1, None, bad),  # a field short: refused
-                             Write("tcp://a:1", [entry(4)], 4, None, a))
+        commits = while_busy(Write("tcp://bad:1", [one_point(1)[:-1]], 1, None, bad),  # a field short: refused
+                             Write("tcp://a:1", [one_point(4)], 4, None, a))
         assert commits == 1 and a.heard[-1] == ([4], 4)  # the joint try rolled back, then a alone
         assert a.errors == b.errors == [] and bad.heard == [] and len(bad.errors) == 1
     finally:
@@ -366,6 +369,27 @@ def test_the_store_writer_commits_what_queued_meanwhile_in_one_transaction_and_a
     assert store.series("tcp://b:1", "r", "loss")[0].tolist() == [1]
     assert (store.cursor("tcp://a:1"), store.cursor("tcp://b:1"), store.cursor("tcp://bad:1")) == (4, 1, 0)
     store.close()
+
+
+def test_a_link_whose_callback_fails_ends_alone_and_the_writer_goes_on(tmp_path):
+    """A link's callback that raises (a bug in what it feeds) fails that link; the writer keeps
+    writing the other links' pages."""
+
+    class Broken(WriterLink):
+        def written(self, entries, cursor, runs):
+            raise RuntimeError("the UI fell over")
+
+    path = tmp_path / "app.sqlite"
+    writer = StoreWriter.acquire(path)
+    try:
+        broken, fine = Broken(), WriterLink()
+        writer.write(Write("tcp://a:1", [one_point(1)], 1, None, broken))
+        writer.call(lambda store: None)
+        writer.write(Write("tcp://b:1", [one_point(1)], 1, None, fine))
+        writer.call(lambda store: None)
+        assert [str(e) for e in broken.errors] == ["the UI fell over"] and fine.heard == [([1], 1)]
+    finally:
+        writer.release()
 
 
 def test_a_batch_reaches_the_ui_with_each_metric_streams_chunks_joined_in_id_order():
