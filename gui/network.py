@@ -190,6 +190,9 @@ class AgentLink:
     def busy(self, message: str) -> None:
         self._set(warning=message)
 
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
     def _refresh_runs(self, ask: Client, heard: float) -> tuple[list[dict] | None, float]:
         """The agent's run list (None: no answer), and when it was heard."""
         sent = time.monotonic()
@@ -258,6 +261,7 @@ class Links:
         link = self.links.pop(url, None)
         if link is not None:
             link.stop()
+            StoreWriter.settle(self.store_path)  # its pages in a write under way land before its data goes
         self.store.remove_agent(url, keep_data=keep_data)
 
     def start(self) -> None:

@@ -43,6 +43,10 @@ class Writer(Protocol):
 
     def busy(self, message: str) -> None: ...
 
+    def stopped(self) -> bool:
+        """A stopped link's pages are not written: its next start reads them again from the cursor."""
+        ...
+
 
 @dataclass
 class Write:
@@ -92,6 +96,15 @@ class StoreWriter:
             if self.users == 0:
                 del self._open[str(self.path)]
                 self._jobs.put(_STOP)
+
+    @classmethod
+    def settle(cls, path: str | Path | None) -> None:
+        """Wait for the write in progress on this store, if any: a link stopped meanwhile may be in it
+        (its agent's data must not come back after it is removed)."""
+        with cls._guard:
+            writer = cls._open.get(str(path))
+        if writer is not None:
+            writer.call(lambda store: None)
 
     def write(self, job: Write) -> None:
         self._jobs.put(job)
@@ -147,6 +160,7 @@ class StoreWriter:
     def _commit(self, store: LocalStore, writes: list[Write], indexing: bool) -> bool:
         """The writes in one transaction, each agent's joined (else one agent at a time, see the
         module docstring), rollouts indexed, then each link told; whether indexing is left."""
+        writes = [w for w in writes if not w.link.stopped()]
         if not writes:
             return indexing
         joined = _join(writes)

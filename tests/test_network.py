@@ -319,6 +319,11 @@ class WriterLink:
     def busy(self, message):
         self.busy_said.append(message)
 
+    def stopped(self):
+        return self.stop_asked
+
+    stop_asked = False
+
 
 def one_point(i: int, run: str = "r") -> Entry:
     s = np.array([i], np.int64)
@@ -390,6 +395,31 @@ def test_a_link_whose_callback_fails_ends_alone_and_the_writer_goes_on(tmp_path)
         assert [str(e) for e in broken.errors] == ["the UI fell over"] and fine.heard == [([1], 1)]
     finally:
         writer.release()
+
+
+def test_a_stopped_links_queued_pages_are_not_written(tmp_path):
+    """Pages a link queued before it was stopped (the agent removed, the app closing) are not written:
+    a removed agent's data must not come back, and a link started again reads them from its cursor."""
+    path = tmp_path / "app.sqlite"
+    writer = StoreWriter.acquire(path)
+    try:
+        gate = threading.Event()
+        busy = threading.Thread(target=writer.call, args=(lambda store: gate.wait(10),))
+        busy.start()
+        gone, kept = WriterLink(), WriterLink()
+        writer.write(Write("tcp://gone:1", [one_point(1)], 1, None, gone))
+        writer.write(Write("tcp://kept:1", [one_point(1)], 1, None, kept))
+        gone.stop_asked = True
+        gate.set()
+        busy.join(10)
+        StoreWriter.settle(path)
+        assert gone.heard == [] and kept.heard == [([1], 1)]
+    finally:
+        writer.release()
+    store = LocalStore(path)
+    assert (store.cursor("tcp://gone:1"), store.cursor("tcp://kept:1")) == (0, 1)
+    assert store.series("tcp://kept:1", "r", "loss")[0].tolist() == [1]
+    store.close()
 
 
 def test_a_batch_reaches_the_ui_with_each_metric_streams_chunks_joined_in_id_order():
