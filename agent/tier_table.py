@@ -22,9 +22,12 @@ from collections.abc import Sequence
 import numpy as np
 import zstandard
 
-from pilothouse.tiers import LEVELS, RECORD, WIDTHS, first_level, reduce_groups, regroup, whole
+from pilothouse.tiers import RECORD, WIDTHS, first_level, reduce_groups, regroup, whole
 
 BLOCK = 128  # buckets per stored row: a live append rewrites at most ~12 KB per level
+STORED = 8  # levels kept on disk (16 .. 262,144 steps per bucket: a view of a run up to ~1 G steps reads them);
+            # coarser ones are folded from the top stored one when read, so a write rewrites 8 tails, not 16
+TOP = STORED - 1
 NO_IDS = np.empty(0, np.int64)
 _compress = zstandard.ZstdCompressor(level=3).compress
 _decompress = zstandard.ZstdDecompressor().decompress
@@ -67,7 +70,7 @@ class TierTable:
                                np.concatenate([i for *_, i in items])) if self.ids else {}
         new, groups = first_level(steps, vals, group)
         levels = []
-        for level, width in enumerate(WIDTHS):
+        for level, width in enumerate(WIDTHS[:STORED]):
             if level:
                 new, groups = regroup(new, width, groups)
             levels.append((new, groups, np.floor_divide(new["bucket"], BLOCK)))
@@ -138,21 +141,26 @@ class TierTable:
 
     def stored_blocks(self, key: tuple, level: int, x0: float, x1: float) -> int:
         """How many block rows a read of x0..x1 at ``level`` would read (an index count, no blobs)."""
+        level = min(level, TOP)
         b0, b1 = self.block_span(level, x0, x1)
         return self.conn.execute(f"SELECT COUNT(*) FROM tiers WHERE {self._key} AND level=? AND block BETWEEN ? AND ?",
                                  [*key, level, b0, b1]).fetchone()[0]
 
     def buckets(self, key: tuple, level: int, x0: float, x1: float) -> np.ndarray:
-        """The filled buckets of ``level`` overlapping steps x0..x1, in step order."""
+        """The filled buckets of ``level`` overlapping steps x0..x1, in step order (above the stored
+        levels: the top stored level's buckets inside them, folded)."""
         width = WIDTHS[level]
         k0, k1 = int(np.floor(x0 / width)), int(np.floor(x1 / width))
-        rows = self.rows(key, level, k0 // BLOCK, k1 // BLOCK)
+        ratio = width // WIDTHS[min(level, TOP)]  # a bucket of this level in top-level buckets (1 if stored)
+        rows = self.rows(key, min(level, TOP), k0 * ratio // BLOCK, ((k1 + 1) * ratio - 1) // BLOCK)
         rec = _join([r for _, r, _ in rows])
+        if level > TOP:
+            rec, _ = regroup(rec, width)
         return rec[(rec["bucket"] >= k0) & (rec["bucket"] <= k1)]
 
     def summary(self, key: tuple) -> np.ndarray:
         """One record of the whole metric (count, x and y extent, non-finite count); empty if none."""
-        return whole(self.buckets(key, LEVELS - 1, -2.0 ** 63, 2.0 ** 63))
+        return whole(self.buckets(key, TOP, -2.0 ** 63, 2.0 ** 63))
 
 
 _INTS = [i for i, name in enumerate(RECORD.names) if RECORD[name].kind == "i"]  # delta-coded columns

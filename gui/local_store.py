@@ -44,7 +44,8 @@ import platformdirs
 from pilothouse.db import open_db, transaction
 from pilothouse.gui.tiers import Tiers, TierView
 from pilothouse.rollout_search import Hit, RolloutSearch
-from pilothouse.tiers import LEVELS, RECORD
+from pilothouse.tier_table import TOP
+from pilothouse.tiers import RECORD
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks, unpack_blob
 from pilothouse.wire.messages import pack
@@ -369,9 +370,9 @@ class LocalStore:
             [agent, run, KIND_METRIC])]
 
     def points(self, agent: str, run: str) -> int:
-        """How many of a run's metric points the store holds, from the top level of its tiers."""
+        """How many of a run's metric points the store holds, from the top stored level of its tiers."""
         return sum(int(np.frombuffer(r, RECORD)["count"].sum()) for (r,) in self.db.execute(
-            "SELECT records FROM tiers WHERE agent=? AND run=? AND level=?", [agent, run, LEVELS - 1]))
+            "SELECT records FROM tiers WHERE agent=? AND run=? AND level=?", [agent, run, TOP]))
 
     def series(self, agent: str, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, values, wall_times) of one metric, every point, in arrival order."""

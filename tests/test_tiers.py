@@ -226,3 +226,29 @@ def _with_buckets(rec: np.ndarray, width: int) -> np.ndarray:
     rec = rec.copy()
     rec["bucket"] //= width
     return rec
+
+
+def test_levels_above_the_stored_ones_are_folded_from_the_top_one_exactly():
+    """Only STORED levels are kept on disk (a write rewrites their tails); a coarser level is folded
+    from the top stored one when read: every level of a sparse run spanning 10^12 steps, over the whole
+    run and over a slice, equals a one-shot build of all 16 levels from the raw points."""
+    from pilothouse.tier_table import STORED
+    from pilothouse.tiers import levels
+
+    rng = np.random.default_rng(5)
+    steps = np.sort(rng.integers(0, 10**12, 4_000))
+    vals = rng.standard_normal(len(steps))
+    vals[rng.integers(0, len(vals), 30)] = np.nan
+    conn = sqlite3.connect(":memory:")
+    table = TierTable(conn, ("metric",), ids=False, compress=True)
+    table.create()
+    for part in np.array_split(np.arange(len(steps)), 7):  # in pages, as a live run
+        table.fold(("m",), steps[part], vals[part])
+    assert {level for (level,) in conn.execute("SELECT DISTINCT level FROM tiers")} == set(range(STORED))
+    x0, x1 = 3 * 10**11, 7 * 10**11
+    for level, want in levels(steps, vals):
+        assert table.buckets(("m",), level, 0, 10**12).tobytes() == want.tobytes(), level
+        k0, k1 = x0 // WIDTHS[level], x1 // WIDTHS[level]
+        inside = want[(want["bucket"] >= k0) & (want["bucket"] <= k1)]
+        assert table.buckets(("m",), level, x0, x1).tobytes() == inside.tobytes(), level
+    assert table.summary(("m",))["count"].tolist() == [len(steps)]
