@@ -1,7 +1,7 @@
 """The journal's tiers: exact per-bucket min/max of every metric (``pilothouse.tiers``), so an
 app that has never seen a run can draw any range of it from a few buckets per pixel column.
 
-Why buffered: folding a turn's points rewrites the tail block of every level (16 of them) of each
+Why buffered: folding a turn's points rewrites the tail block of every stored level (8 of them) of each
 metric it touched, about 6 KB each on a long run; done every turn, a 1 Hz GPU reading would cost
 tens of KB of writes per second for 24 B of points.  So a run's new points wait in memory and are
 folded once a run holds FLUSH_POINTS of them or its oldest is FLUSH_SECONDS old (and the run with
