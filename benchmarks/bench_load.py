@@ -16,10 +16,12 @@ always use the loopback port, so the difference is the listener's cost on the re
 from __future__ import annotations
 
 import argparse
+import atexit
 import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -250,7 +252,8 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import platformdirs  # the owner's local keys stay where the agents found them; the app's settings do not
     os.environ.setdefault("PILOTHOUSE_LOCAL_KEYS", str(Path(platformdirs.user_config_dir("pilothouse")) / "local"))
-    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="pilothouse-load-app-")
+    os.environ["XDG_CONFIG_HOME"] = config = tempfile.mkdtemp(prefix="pilothouse-load-app-")
+    atexit.register(shutil.rmtree, config, True)  # the app's store of this run: tens of MB each time
     if keys_dir:
         os.environ["PILOTHOUSE_KEYS"] = keys_dir
     from PySide6.QtWidgets import QApplication
