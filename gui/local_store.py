@@ -365,9 +365,13 @@ class LocalStore:
                 self.db.execute(f"SELECT agent, data FROM runs {where} ORDER BY created, agent, id", args)]
 
     def metrics(self, agent: str, run: str) -> list[str]:
-        return [m for (m,) in self.db.execute(
-            "SELECT DISTINCT metric FROM entries WHERE agent=? AND run=? AND kind=? ORDER BY metric",
-            [agent, run, KIND_METRIC])]
+        found: list[str] = []
+        while True:  # one index seek per metric: a DISTINCT would read every entry of the run
+            (metric,) = self.db.execute("SELECT MIN(metric) FROM entries WHERE agent=? AND run=? AND kind=? AND metric>?",
+                                        [agent, run, KIND_METRIC, found[-1] if found else ""]).fetchone()
+            if metric is None:
+                return found
+            found.append(metric)
 
     def points(self, agent: str, run: str) -> int:
         """How many of a run's metric points the store holds, from the top stored level of its tiers."""
@@ -422,7 +426,8 @@ class LocalStore:
     def events(self, agent: str, run: str) -> list[dict]:
         """Status changes, commands, checkpoints and losses, oldest first."""
         return [unpack_blob(b) for (b,) in self.db.execute(
-            "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? ORDER BY id", [agent, run, KIND_EVENT])]
+            "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? AND metric IS NULL ORDER BY id",
+            [agent, run, KIND_EVENT])]  # metric IS NULL: the run's index gives them in id order, not a scan of the agent's
 
     def rollout_steps(self, agent: str, run: str) -> list[tuple[int, int, float | None]]:
         """(step, rows, mean reward or None) of each step with rollouts indexed, oldest first; no text read."""
