@@ -292,16 +292,16 @@ class LocalStore:
             return []
         held = {i for (i,) in self.db.execute("SELECT id FROM entries WHERE agent=? AND id>?", [url, before])}
         dropped = {r for (r,) in self.db.execute("SELECT run FROM removed_runs WHERE agent=?", [url])}
-        rows = [e for i, e in fresh.items() if i not in held and e[1] not in dropped]
+        kept = {i: e for i, e in fresh.items() if e[1] not in dropped}  # a run removed from the app gains nothing
+        rows = [e for i, e in kept.items() if i not in held]
         self.db.conn.executemany("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                                  [(url, *e) for e in rows])
-        return rows + [e for i, e in fresh.items() if i in held and e[2] == KIND_METRIC and self._append_part(url, e)]
+        return rows + [e for i, e in kept.items() if i in held and e[2] == KIND_METRIC and self._append_part(url, e)]
 
     def _append_part(self, url: str, e: Sequence) -> bool:
-        """The rest of a packed entry this store holds a part of (not for a run removed from the app)."""
-        row = self.db.execute("SELECT n, steps, vals, times FROM entries WHERE agent=? AND id=? AND run=? AND NOT "
-                              "EXISTS (SELECT 1 FROM removed_runs WHERE agent=? AND run=?)",
-                              [url, e[0], e[1], url, e[1]]).fetchone()
+        """The rest of a packed entry this store holds a part of."""
+        row = self.db.execute("SELECT n, steps, vals, times FROM entries WHERE agent=? AND id=? AND run=?",
+                              [url, e[0], e[1]]).fetchone()
         if row is None:
             return False
         self.db.execute("UPDATE entries SET n=?, steps=?, vals=?, times=? WHERE agent=? AND id=?",

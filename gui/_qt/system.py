@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -116,7 +115,7 @@ class SystemPanel(QWidget):
         super().__init__()
         self.nodes: dict[RunKey, NodeSection] = {}  # the sections built: every node's, or the chosen one's
         self.hosts: dict[RunKey, str] = {}  # every node with a system run
-        self.seen: dict[str, tuple[int, float]] = {}  # agent url -> (the last journal id shown, its last time)
+        self.seen: dict[str, tuple[int, Entry | None]] = {}  # agent url -> the last journal id shown, its entry
         self.store: LocalStore | None = None
         self.grid = GpuGrid()
         self.grid_panel = GpuGridPanel(self.grid)
@@ -162,7 +161,7 @@ class SystemPanel(QWidget):
         self.grid.clear()
         with store.snapshot():
             runs = [r for r in store.runs() if r.get("kind") == "system"]
-            self.seen = {agent: (store.cursor(agent), -np.inf) for agent in {r["agent"] for r in runs}}
+            self.seen = {agent: (store.cursor(agent), None) for agent in {r["agent"] for r in runs}}
             self.hosts = {(r["agent"], r["id"]): r.get("host") or r["id"] for r in runs}
             for agent in self.seen:
                 self.grid.note_runs(agent, store.runs(agent))
@@ -189,13 +188,13 @@ class SystemPanel(QWidget):
         heard = time.time()
         count = len(self.hosts)
         for e in entries:
-            last_id, last_time = self.seen.get(agent, (0, -np.inf))
-            _, vals, times = entry_points(e) if e.kind == KIND_METRIC else (None, None, np.empty(0))
-            if e.id < last_id or e.id == last_id and not (len(times) and times[0] > last_time):
+            last_id, last = self.seen.get(agent, (0, None))
+            if e.id < last_id or e.id == last_id and not _rest_of(e, last):
                 continue  # a repeat; a packed entry's rest comes under its part's id, later in time
-            self.seen[agent] = (e.id, times[-1] if len(times) else -np.inf)
+            self.seen[agent] = (e.id, e)
             if e.kind != KIND_METRIC or not e.run.startswith(SYSTEM_RUN_PREFIX):
                 continue
+            _, vals, times = entry_points(e)  # decoded only for the node's own samples
             key = (agent, e.run)
             host = self.hosts.setdefault(key, e.run.removeprefix(SYSTEM_RUN_PREFIX))
             self.grid_dirty |= self.grid.add(key, e.metric, times, vals, host=host, heard=heard)
@@ -274,3 +273,13 @@ class SystemPanel(QWidget):
             if self.chosen is not None:
                 self.choice.setCurrentIndex(self.choice_keys.index(self.chosen))
             self.grid_dirty = True
+
+
+def _rest_of(e: Entry, last: Entry | None) -> bool:
+    """Whether ``e``, under the id of ``last``, is the rest of that packed entry's part (its points come
+    later in time) rather than a repeat.  Decoded only here, on this rare path."""
+    if last is None:  # the floor from the store: at or below it, a repeat
+        return False
+    if e.kind != KIND_METRIC or last.kind != KIND_METRIC or not e.n or not last.n:
+        return False
+    return entry_points(e)[2][0] > entry_points(last)[2][-1]
