@@ -202,6 +202,9 @@ class Client:
                 raise ProtocolError("the agent's tiers answer is malformed")
             if not data["ready"]:
                 return None
+            if data.get("fields") != list(RECORD.names):  # an agent of another version: its records differ
+                raise ProtocolError(f"the agent's tiers hold the fields {data.get('fields')}, this reader reads "
+                                    f"{list(RECORD.names)}: run the same pilothouse version on both sides")
             blobs = data.get("records")
             if data.get("level") != level or not isinstance(blobs, list) or len(blobs) != len(part) or any(
                     not isinstance(b, bytes) or len(b) % RECORD.itemsize for b in blobs):

@@ -41,34 +41,43 @@ class TierTable:
         self._encode, self._decode = (encode, decode) if compress else (np.ndarray.tobytes, _raw)
         self._key = " AND ".join(f"{k}=?" for k in keys)
 
-    def create(self) -> None:
-        columns = "".join(f"{k} TEXT NOT NULL, " for k in self.keys)
-        self.conn.execute(f"CREATE TABLE IF NOT EXISTS tiers ({columns}level INTEGER NOT NULL, block INTEGER NOT "
-                          f"NULL, records BLOB NOT NULL, ids BLOB, PRIMARY KEY ({', '.join(self.keys)}, level, block))")
+    def create(self) -> bool:
+        """Create the table; True when it holds nothing yet (new, or of an older ``RECORD``, whose
+        blocks are dropped: the owner folds its points again)."""
+        columns = [c for _, c, *_ in self.conn.execute("PRAGMA table_info(tiers)")]
+        if columns and "buckets" in columns:
+            return False
+        if columns:
+            self.conn.execute("DROP TABLE tiers")
+        keys = "".join(f"{k} TEXT NOT NULL, " for k in self.keys)
+        self.conn.execute(f"CREATE TABLE tiers ({keys}level INTEGER NOT NULL, block INTEGER NOT NULL, buckets BLOB "
+                          f"NOT NULL, ids BLOB, PRIMARY KEY ({', '.join(self.keys)}, level, block))")
+        return True
 
-    def fold(self, key: tuple, steps: np.ndarray, vals: np.ndarray, ids: np.ndarray | None = None) -> int:
+    def fold(self, key: tuple, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
+             ids: np.ndarray | None = None) -> int:
         """``fold_many`` of one metric."""
-        return self.fold_many([(key, steps, vals, ids)])
+        return self.fold_many([(key, steps, vals, times, ids)])
 
-    def fold_many(self, items: Sequence[tuple[tuple, np.ndarray, np.ndarray, np.ndarray | None]]) -> int:
-        """Fold the points of many metrics, (key, steps, vals, ids) each (points in arrival order;
+    def fold_many(self, items: Sequence[tuple[tuple, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]) -> int:
+        """Fold the points of many metrics, (key, steps, vals, times, ids) each (points in arrival order;
         ``ids``: each point's entry, kept when the table keeps ids), into every level; returns the
         bytes of block rows written.  Every metric is folded in one numpy pass per level
         (``reduce_groups``): a write of many agents' pages costs per level, not per metric."""
         index: dict[tuple, int] = {}
-        for key, steps, _, _ in items:
+        for key, steps, *_ in items:
             if len(steps):
                 index.setdefault(key, len(index))
         if not index:
             return 0
         keys = list(index)
         items = [item for item in items if len(item[1])]
-        group = np.repeat(np.array([index[key] for key, *_ in items]), [len(steps) for _, steps, _, _ in items])
-        steps = np.concatenate([np.asarray(s, np.int64) for _, s, _, _ in items])
-        vals = np.concatenate([np.asarray(v, np.float64) for _, _, v, _ in items])
+        group = np.repeat(np.array([index[key] for key, *_ in items]), [len(steps) for _, steps, *_ in items])
+        steps, vals, times = (np.concatenate([np.asarray(item[at], dtype) for item in items])
+                              for at, dtype in ((1, np.int64), (2, np.float64), (3, np.float64)))
         listed = _ids_by_block(group, np.floor_divide(steps, WIDTHS[0] * BLOCK),
                                np.concatenate([i for *_, i in items])) if self.ids else {}
-        new, groups = first_level(steps, vals, group)
+        new, groups = first_level(steps, vals, times, group)
         levels = []
         for level, width in enumerate(WIDTHS[:STORED]):
             if level:
@@ -118,7 +127,7 @@ class TierTable:
                           "b0 INTEGER, b1 INTEGER)")
         self.conn.executemany(f"INSERT INTO temp.tier_wants VALUES ({', '.join('?' * (len(self.keys) + 4))})", wants)
         on = " AND ".join(f"t.{k}=w.{k}" for k in self.keys)
-        found = self.conn.execute(f"SELECT w.g, t.level, t.block, t.records, t.ids FROM temp.tier_wants w CROSS JOIN "
+        found = self.conn.execute(f"SELECT w.g, t.level, t.block, t.buckets, t.ids FROM temp.tier_wants w CROSS JOIN "
                                   f"tiers t ON {on} AND t.level=w.level AND t.block BETWEEN w.b0 AND w.b1 "
                                   "ORDER BY t.level, w.g, t.block").fetchall()
         self.conn.execute("DELETE FROM temp.tier_wants")
@@ -130,7 +139,7 @@ class TierTable:
 
     def rows(self, key: tuple, level: int, b0: int, b1: int) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
         """(block, buckets, entry ids or None) of the stored blocks b0..b1 of ``level``."""
-        rows = self.conn.execute(f"SELECT block, records, ids FROM tiers WHERE {self._key} AND level=? "
+        rows = self.conn.execute(f"SELECT block, buckets, ids FROM tiers WHERE {self._key} AND level=? "
                                  "AND block BETWEEN ? AND ? ORDER BY block", [*key, level, b0, b1]).fetchall()
         return [(b, self._decode(r), None if i is None else np.frombuffer(i, np.int64)) for b, r, i in rows]
 

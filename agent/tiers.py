@@ -5,7 +5,8 @@ keep, for each (run, metric), levels of buckets over *step ranges*: level L buck
 steps [k * WIDTHS[L], (k + 1) * WIDTHS[L]) (16, 64, 256, ... steps).  Each bucket keeps exact
 aggregates of the points in it (``RECORD``): how many, how many non-finite and the step of the
 first one, the finite min and max with the step where each is (so a spike is drawn where it is),
-and the first and last point by step.  Buckets are keyed by step, not by arrival, so points
+the first and last point by step with their wall times (so a wall-time axis draws the same
+buckets), and the sum of the finite values (so a smoothed or averaged curve needs no raw point).  Buckets are keyed by step, not by arrival, so points
 arriving out of order (a resumed run re-logging steps) and pages arriving in many pieces fold
 into the same buckets: ``reduce`` is associative, and the tiers after any sequence of pages
 equal a one-shot build over all of their points.
@@ -30,10 +31,11 @@ NONE = np.iinfo(np.int64).max  # the step of a non-finite value in a bucket that
 
 RECORD = np.dtype([("bucket", "<i8"), ("count", "<i8"), ("bad", "<i8"), ("xbad", "<i8"),
                    ("min", "<f8"), ("xmin", "<i8"), ("max", "<f8"), ("xmax", "<i8"),
-                   ("first", "<f8"), ("xfirst", "<i8"), ("last", "<f8"), ("xlast", "<i8")])
+                   ("first", "<f8"), ("xfirst", "<i8"), ("last", "<f8"), ("xlast", "<i8"),
+                   ("sum", "<f8"), ("tfirst", "<f8"), ("tlast", "<f8")])
 
 
-def points(steps: np.ndarray, vals: np.ndarray) -> np.ndarray:
+def points(steps: np.ndarray, vals: np.ndarray, times: np.ndarray) -> np.ndarray:
     """Raw points as one-point records (bucket = step), in arrival order."""
     steps = np.asarray(steps, np.int64)
     vals = np.asarray(vals, np.float64)
@@ -50,6 +52,8 @@ def points(steps: np.ndarray, vals: np.ndarray) -> np.ndarray:
         rec[field] = vals
     for field in ("xmin", "xmax", "xfirst", "xlast"):
         rec[field] = steps
+    rec["sum"] = np.where(finite, vals, 0.0)
+    rec["tfirst"] = rec["tlast"] = times
     return rec
 
 
@@ -84,6 +88,7 @@ def reduce_groups(rec: np.ndarray, group: np.ndarray | None) -> tuple[np.ndarray
     out["count"] = np.add.reduceat(rec["count"], starts)
     out["bad"] = np.add.reduceat(rec["bad"], starts)
     out["xbad"] = np.minimum.reduceat(rec["xbad"], starts)
+    out["sum"] = np.add.reduceat(rec["sum"], starts)
     for field, fold in (("min", np.fmin), ("max", np.fmax)):
         best = fold.reduceat(rec[field], starts)
         at = rec[field] == np.repeat(best, sizes)  # False where NaN: a bucket without a finite value
@@ -93,14 +98,14 @@ def reduce_groups(rec: np.ndarray, group: np.ndarray | None) -> tuple[np.ndarray
     for field, fold, none in (("first", np.minimum, len(rec)), ("last", np.maximum, -1)):
         x = fold.reduceat(rec["x" + field], starts)
         index = fold.reduceat(np.where(rec["x" + field] == np.repeat(x, sizes), order, none), starts)
-        out[field], out["x" + field] = rec[field][index], x
+        out[field], out["x" + field], out["t" + field] = rec[field][index], x, rec["t" + field][index]
     return out, group
 
 
-def first_level(steps: np.ndarray, vals: np.ndarray, group: np.ndarray | None = None) -> tuple[np.ndarray,
-                                                                                                np.ndarray | None]:
+def first_level(steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
+                group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Level 0 of these points (of many metrics at once with ``group``, as in ``reduce_groups``):
-    ``regroup(points(steps, vals), BASE)``, computed on the plain arrays when the steps do not go
+    ``regroup(points(steps, vals, times), BASE)``, computed on the plain arrays when the steps do not go
     back within a group and the groups come in order (the usual page), which costs a third as much."""
     bucket = np.floor_divide(steps, BASE)
     if group is None:
@@ -112,7 +117,7 @@ def first_level(steps: np.ndarray, vals: np.ndarray, group: np.ndarray | None = 
         change = np.ones(len(steps), bool)
         change[1:] = (np.diff(bucket) != 0) | ~same
     if len(steps) < 2 or not sorted_:
-        return regroup(points(steps, vals), BASE, group)
+        return regroup(points(steps, vals, times), BASE, group)
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], len(steps))
     finite = np.isfinite(vals)
@@ -122,8 +127,10 @@ def first_level(steps: np.ndarray, vals: np.ndarray, group: np.ndarray | None = 
     out["count"] = ends - starts
     out["bad"] = np.add.reduceat(~finite, starts)
     out["xbad"] = np.minimum.reduceat(np.where(finite, NONE, steps), starts)
+    out["sum"] = np.add.reduceat(np.where(finite, vals, 0.0), starts)
     out["first"], out["xfirst"] = vals[starts], steps[starts]  # sorted: the earliest arrival at the lowest step
     out["last"], out["xlast"] = vals[ends - 1], steps[ends - 1]
+    out["tfirst"], out["tlast"] = times[starts], times[ends - 1]
     for field, fold in (("min", np.fmin), ("max", np.fmax)):
         best = fold.reduceat(clean, starts)
         x = np.minimum.reduceat(np.where(clean == np.repeat(best, ends - starts), steps, NONE), starts)
@@ -138,9 +145,9 @@ def regroup(rec: np.ndarray, width: int, group: np.ndarray | None = None) -> tup
     return reduce_groups(out, group)
 
 
-def levels(steps: np.ndarray, vals: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+def levels(steps: np.ndarray, vals: np.ndarray, times: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(level, buckets) of these points at every level, finest first."""
-    rec, _ = first_level(np.asarray(steps, np.int64), np.asarray(vals, np.float64))
+    rec, _ = first_level(np.asarray(steps, np.int64), np.asarray(vals, np.float64), np.asarray(times, np.float64))
     for level, width in enumerate(WIDTHS):
         if level:
             rec, _ = regroup(rec, width)

@@ -27,6 +27,8 @@ from _common import median, table, write_result
 
 from pilothouse.node.journal import Store
 from pilothouse.wire.entries import KIND_ROLLOUTS
+from pilothouse.wire.messages import pack, unpack
+from pilothouse.wire.records import REC_ROLLOUTS, encode_batch
 from pilothouse.wire.rollouts import pack_batch
 
 ROWS = 64  # rollouts per batch
@@ -90,7 +92,8 @@ def build(folder: Path, count: int, peer: bool) -> dict:
             rows.append((store.head, "r", KIND_ROLLOUTS, None, 0, len(batch), None, None, None, body))
             if peer:
                 plain_rows.extend((None, b, i, r["prompt"], r["completion"], r["reward"]) for i, r in enumerate(batch))
-        store.db.conn.executemany("INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+        store.db.conn.executemany("INSERT INTO journal (id, run, kind, metric, rank, n, steps, vals, times, body) "
+                                  "VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
         if plain_rows:
             store.db.conn.executemany("INSERT INTO plain VALUES (?,?,?,?,?,?)", plain_rows)
         store.db.execute("COMMIT")
@@ -154,10 +157,11 @@ def ingest_cost(folder: Path, batches: int = 100) -> dict:
     store.commit()
     turn, index = [], []
     for b in range(batches):
-        rec = [1, b, 1.7e9 + b, [texts.rollout(b * ROWS + i) for i in range(ROWS)]]
+        body = unpack(pack(encode_batch([(REC_ROLLOUTS, None, (b, 1.7e9 + b,
+                                                              [texts.rollout(b * ROWS + i) for i in range(ROWS)]))])))
         t0 = time.perf_counter()
         store.begin()
-        store.ingest(("r", 0, ""), b + 1, b + 1, [], [rec], time.time())
+        store.ingest(("r", 0, ""), b + 1, b + 1, body, time.time())
         store.commit()
         t1 = time.perf_counter()
         store.begin()

@@ -117,7 +117,7 @@ def fill_journal(path: Path, points: int, metrics: int) -> float:
         store.begin()
         store.db.conn.executemany("INSERT INTO journal (id, run, kind, metric, rank, n, steps, first_id) "
                                   "VALUES (?,?,?,?,?,?,?,?)", rows)
-        store.tiers.table.fold(("big", f"metric/{m}"), steps, vals)
+        store.tiers.table.fold(("big", f"metric/{m}"), steps, vals, times.view(np.float64))
         store.db.execute("INSERT OR REPLACE INTO last_values VALUES (?, ?, ?)",
                          ["big", f"metric/{m}", vals[-1:].tobytes()])
         store.db.execute("UPDATE runs SET last_step=?, points=points+? WHERE id='big'", [points - 1, len(steps)])

@@ -165,8 +165,7 @@ class LocalStore:
             for trigger in _TRIGGERS:
                 db.execute(trigger)
             self.rollout_search.create()
-            if not self.db["tiers"].exists():  # a store from before the tiers: build them once
-                self.tiers.create()
+            if self.tiers.create():  # a store from before the tiers (or these records): build them once
                 self.tiers.add_all()
 
     def close(self) -> None:
@@ -376,7 +375,7 @@ class LocalStore:
     def points(self, agent: str, run: str) -> int:
         """How many of a run's metric points the store holds, from the top stored level of its tiers."""
         return sum(int(np.frombuffer(r, RECORD)["count"].sum()) for (r,) in self.db.execute(
-            "SELECT records FROM tiers WHERE agent=? AND run=? AND level=?", [agent, run, TOP]))
+            "SELECT buckets FROM tiers WHERE agent=? AND run=? AND level=?", [agent, run, TOP]))
 
     def series(self, agent: str, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, values, wall_times) of one metric, every point, in arrival order."""

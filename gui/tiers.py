@@ -51,8 +51,9 @@ class Tiers:
         self.db = db
         self.table = TierTable(db.conn, KEYS, ids=True)
 
-    def create(self) -> None:
-        self.table.create()
+    def create(self) -> bool:
+        """Create the table; True when it holds nothing yet (``add_all`` then builds it)."""
+        return self.table.create()
 
     def add(self, stored: Iterable[tuple[str, Sequence[Sequence]]]) -> None:
         """Fold newly stored metric entries of agents, (agent, entries) each (protocol field order:
@@ -66,8 +67,8 @@ class Tiers:
                     groups.setdefault((agent, e[1], e[3]), []).append(e)
         items = []
         for key, chunk in groups.items():
-            steps, vals, _ = join_chunks([(e[6], e[7], e[8]) for e in chunk])
-            items.append((key, steps, vals, np.repeat(np.array([e[0] for e in chunk], np.int64), [e[5] for e in chunk])))
+            steps, vals, times = join_chunks([(e[6], e[7], e[8]) for e in chunk])
+            items.append((key, steps, vals, times, np.repeat(np.array([e[0] for e in chunk], np.int64), [e[5] for e in chunk])))
         self.table.fold_many(items)
 
     def add_all(self) -> None:

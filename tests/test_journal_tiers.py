@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import AgentProcess, batch_fields, free_port, start_trainer, wait_until
 from test_tiers import spiky as spiky_walk
+from tier_records import same_buckets
 
 from pilothouse.client import AgentError
 from pilothouse.node import journal_tiers
@@ -52,16 +53,19 @@ def new_run(store: Store, run: str) -> None:
 
 
 def assert_exact(store: Store, run: str, metric: str, steps: np.ndarray, vals: np.ndarray) -> None:
-    """Every level over the whole range and over a slice, byte for byte the fold of the raw points."""
-    want = dict(levels(steps, vals))
+    """These are the metric's points, and every level over the whole range and over a slice is the
+    fold of them (with the journal's wall times), bit for bit but for the sums' rounding."""
+    kept, values, times = store.series(run, metric)
+    assert kept.tobytes() == np.asarray(steps, np.int64).tobytes() and values.tobytes() == vals.tobytes()
+    want = dict(levels(steps, vals, times))
     lo, hi = float(np.quantile(steps, 0.3)), float(np.quantile(steps, 0.6))
     for level in range(LEVELS):
         got = store.tier_buckets(run, metric, level, *ALL)
-        assert got.tobytes() == want[level].tobytes(), f"level {level}"
+        assert same_buckets(got, want[level]), f"level {level}"
         width = 16 * 4 ** level
         part = want[level][(want[level]["bucket"] >= lo // width) & (want[level]["bucket"] <= hi // width)]
         if len(store.tiers.table.rows((run, metric), level, 0, 0)) or level:  # any range, same buckets
-            assert store.tier_buckets(run, metric, level, lo, hi).tobytes() == part.tobytes(), f"slice {level}"
+            assert same_buckets(store.tier_buckets(run, metric, level, lo, hi), part), f"slice {level}"
 
 
 def pack(store: Store) -> int:
@@ -202,13 +206,12 @@ def test_a_real_agent_answers_tiers_equal_to_a_fold_of_a_real_trainers_points(tm
         with proc.client() as client:
             folds = {}
             for metric in ("loss", "odd", "sparse"):
-                steps, vals, _ = client.series(run, metric)
-                want = folds[metric] = dict(levels(steps, vals))
+                want = folds[metric] = dict(levels(*client.series(run, metric)))
                 for level in (0, 2, 5, LEVELS - 1):
                     if metric == "sparse" and level == 0:
                         continue
                     got = client.tiers(run, [metric], *ALL, level=level)[metric]
-                    assert got.tobytes() == want[level].tobytes(), (metric, level)
+                    assert same_buckets(got, want[level]), (metric, level)
             for x0, x1, pixels in ((1234.0, 20_000.5, 300), (0, 3_600_000, 500), (17, 39_999, 64)):
                 level = level_for(x0, x1, pixels)
                 width = WIDTHS[level]
@@ -217,8 +220,8 @@ def test_a_real_agent_answers_tiers_equal_to_a_fold_of_a_real_trainers_points(tm
                 assert list(every) == list(cols) == ["loss", "odd", "sparse"]
                 for metric, want in folds.items():
                     rec = want[level][(want[level]["bucket"] >= x0 // width) & (want[level]["bucket"] <= x1 // width)]
-                    assert every[metric].tobytes() == rec.tobytes(), (metric, x0, x1, pixels)
-                    assert cols[metric].tobytes() == columns(rec, level, x0, x1, pixels)[0].tobytes()
+                    assert same_buckets(every[metric], rec), (metric, x0, x1, pixels)
+                    assert same_buckets(cols[metric], columns(rec, level, x0, x1, pixels)[0])
                     assert len(cols[metric]) <= pixels
             top = client.tiers(run, ["loss"], *ALL, level=LEVELS - 1)["loss"]
             assert top["max"].max() == pytest.approx(1e6, rel=1e-3) and top["xmax"][0] % 7919 == 0  # the spike
@@ -297,11 +300,11 @@ def test_an_agent_killed_with_points_waiting_builds_their_tiers_when_it_starts_a
         con.close()
         proc.start()
         with proc.client() as client:
-            steps, vals, _ = client.series(run, "loss")
+            points = client.series(run, "loss")
             wait_until(lambda: client.tiers(run, ["loss"], *ALL, level=0) is not None, what="the tiers built again")
             for level in (0, 4, LEVELS - 1):
-                want = dict(levels(steps, vals))[level]
-                assert client.tiers(run, ["loss"], *ALL, level=level)["loss"].tobytes() == want.tobytes()
+                want = dict(levels(*points))[level]
+                assert same_buckets(client.tiers(run, ["loss"], *ALL, level=level)["loss"], want)
     finally:
         proc.stop()
 
@@ -314,7 +317,7 @@ def test_points_waiting_in_all_runs_together_stay_bounded(tmp_path, monkeypatch)
         new_run(store, run)
         ingest(store, run, {"loss": points}, per_turn=50)
     waiting = sum(len(steps) // 8 for metrics in store.tiers.waiting.values() for chunks in metrics.values()
-                  for steps, _ in chunks)
+                  for steps, *_ in chunks)
     assert 0 < waiting <= 1500 and "r1" not in store.tiers.waiting  # the run with the most was folded
     for run, points in runs.items():
         assert_exact(store, run, "loss", *points)

@@ -50,7 +50,7 @@ def test_a_run_the_store_lacks_is_drawn_from_the_agents_tiers_then_from_the_stor
             wait_until(lambda: next(r for r in client.runs() if r["id"] == run)["points"] == 240_000,
                        what="every point stored")
             store.put_runs(agent.url, client.runs())  # the run list, as a link's first refresh: no points yet
-            steps, vals, _ = client.series(run, "loss")
+            steps, vals, times = client.series(run, "loss")
         answered: list[str] = []
         remote.on_answer = answered.append  # on the fetch thread: the app turns it into a signal
         panel = ChartsPanel()
@@ -84,7 +84,7 @@ def test_a_run_the_store_lacks_is_drawn_from_the_agents_tiers_then_from_the_stor
         xs, ys = curve.raw.getData()
         x0, x1, pixels = got.x0, got.x1, got.pixels
         level = max(level_for(x0, x1, pixels), 0)
-        want = draw(dict(levels(steps, vals))[level], level, x0, x1, pixels)  # the fold of the raw points
+        want = draw(dict(levels(steps, vals, times))[level], level, x0, x1, pixels)  # the fold of the raw points
         assert got.level == level and len(got.records) <= pixels  # folded per column by the agent
         assert np.array_equal(xs, want.xs) and np.array_equal(ys, want.ys)
         assert len(xs) <= 5 * pixels  # per pixel column, not per point

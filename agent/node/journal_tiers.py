@@ -34,7 +34,7 @@ import numpy as np
 from pilothouse.node import packed_chunks
 from pilothouse.tier_table import TierTable
 from pilothouse.tiers import LEVELS, WIDTHS, levels, reduce
-from pilothouse.wire.entries import KIND_METRIC, Entry, unpack_blob
+from pilothouse.wire.entries import KIND_METRIC, Entry, join_chunks, unpack_blob
 from pilothouse.wire.messages import pack
 
 FLUSH_POINTS = 65_536  # a run's waiting points folded at once: about 1 MB of memory per run
@@ -60,14 +60,13 @@ class JournalTiers:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.table = TierTable(conn, ("run", "metric"), ids=False, compress=True)
-        fresh = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tiers'").fetchone() is None
-        self.table.create()
+        fresh = self.table.create()
         conn.execute("CREATE TABLE IF NOT EXISTS tier_marks (run TEXT PRIMARY KEY, folded_to INTEGER NOT NULL, "
                      "cursors BLOB)")
-        if fresh:  # a journal from before the tiers: each run is built from its first entry
+        if fresh:  # a journal from before the tiers (or these records): each run is built from its first entry
             conn.execute("INSERT OR IGNORE INTO tier_marks SELECT id, 0, NULL FROM runs")
         self.building: dict[str, Build] = {}
-        self.waiting: dict[str, dict[str, list[tuple[bytes, bytes]]]] = {}  # run -> metric -> chunks
+        self.waiting: dict[str, dict[str, list[tuple[bytes, bytes, bytes]]]] = {}  # run -> metric -> chunks
         self._since: dict[str, tuple[float, int]] = {}  # run -> (when its first point began waiting, points)
         self.written = 0  # bytes of tier rows written since start (what bench_storage reports)
         self.reload()
@@ -96,7 +95,7 @@ class JournalTiers:
                 self.conn.execute("INSERT OR REPLACE INTO tier_marks VALUES (?, ?, NULL)", [e.run, e.id - 1])
                 self.waiting[e.run] = {}
                 self._since[e.run] = (now, 0)
-            self.waiting[e.run].setdefault(e.metric, []).append((e.steps, e.vals))
+            self.waiting[e.run].setdefault(e.metric, []).append((e.steps, e.vals, e.times))
             self._since[e.run] = (self._since[e.run][0], self._since[e.run][1] + e.n)
         self.flush(*(run for run, (since, count) in self._since.items()
                      if run not in hidden and (count >= FLUSH_POINTS or now - since >= FLUSH_SECONDS)))
@@ -107,7 +106,7 @@ class JournalTiers:
         """Fold what of these runs waits, in one pass (a fold costs per level, whatever it holds);
         their tiers are then whole."""
         runs = list(runs)
-        self.written += self.table.fold_many([((run, metric), *_joined(chunks), None) for run in runs
+        self.written += self.table.fold_many([((run, metric), *join_chunks(chunks), None) for run in runs
                                               for metric, chunks in self.waiting.pop(run, {}).items()])
         for run in runs:
             self._since.pop(run, None)
@@ -132,13 +131,13 @@ class JournalTiers:
             cursor = build.cursors.get(metric, build.base)
             while points < BUILD_POINTS:
                 rows = self.conn.execute(
-                    "SELECT id, steps, vals FROM journal WHERE run=? AND kind=? AND metric=? AND id>? ORDER BY id "
-                    "LIMIT ?", [run, KIND_METRIC, metric, cursor, BUILD_ROWS]).fetchall()
-                chunks = [_points(steps, vals, build.base) for _, steps, vals in rows]
+                    "SELECT id, steps, vals, times FROM journal WHERE run=? AND kind=? AND metric=? AND id>? "
+                    "ORDER BY id LIMIT ?", [run, KIND_METRIC, metric, cursor, BUILD_ROWS]).fetchall()
+                chunks = [_points(steps, vals, times, build.base) for _, steps, vals, times in rows]
                 if chunks:
-                    steps, vals = _joined(chunks)
+                    steps, vals, times = join_chunks(chunks)
                     if len(steps):
-                        self.written += self.table.fold((run, metric), steps, vals)
+                        self.written += self.table.fold((run, metric), steps, vals, times)
                     points += len(steps) + len(rows)
                     cursor = build.cursors[metric] = rows[-1][0]
                 if len(rows) < BUILD_ROWS:
@@ -177,8 +176,7 @@ class JournalTiers:
         chunks = self.waiting.get(run, {}).get(metric)
         if not chunks:
             return rec
-        steps, vals = _joined(chunks)
-        new = dict(levels(steps, vals))[level]
+        new = dict(levels(*join_chunks(chunks)))[level]
         width = WIDTHS[level]
         new = new[(new["bucket"] >= np.floor(x0 / width)) & (new["bucket"] <= np.floor(x1 / width))]
         return reduce(np.concatenate([rec, new]))  # the stored ones arrived first
@@ -192,15 +190,9 @@ class NotReady(Exception):
         self.run = run
 
 
-def _points(steps: bytes, vals: bytes | None, base: int) -> tuple[bytes, bytes]:
-    """A row's (steps, vals) blobs; a packed row's points of the entries it joined above id ``base``."""
+def _points(steps: bytes, vals: bytes | None, times: bytes | None, base: int) -> tuple[bytes, bytes, bytes]:
+    """A row's (steps, vals, times) blobs; a packed row's points of the entries it joined above id ``base``."""
     if vals is not None:
-        return steps, vals
+        return steps, vals, times
     _, got = packed_chunks.unpack(steps, base)
-    return got.steps, got.vals
-
-
-def _joined(chunks: list[tuple[bytes, bytes]]) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, values) of metric chunks given as (steps, vals) blobs, in order."""
-    return (np.frombuffer(b"".join(s for s, _ in chunks), np.int64),
-            np.frombuffer(b"".join(v for _, v in chunks), np.float64))
+    return got.steps, got.vals, got.times

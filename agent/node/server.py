@@ -37,7 +37,7 @@ from pilothouse.node.rules_file import load_rules
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.rollout_search import ROW_BITS
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
-from pilothouse.tiers import LEVELS, WIDTHS, columns
+from pilothouse.tiers import LEVELS, RECORD, WIDTHS, columns
 from pilothouse.version import __version__
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, check_name, check_step_bound, query_arg
 from pilothouse.wire.entries import check_kinds
@@ -737,7 +737,7 @@ class Agent:
             return {"ready": False, "detail": str(exc)}
         if pixels is not None:
             recs = [columns(rec, level, x0, x1, pixels)[0] for rec in recs]
-        return {"ready": True, "level": level, "width": WIDTHS[level], "pixels": pixels,
+        return {"ready": True, "level": level, "width": WIDTHS[level], "pixels": pixels, "fields": list(RECORD.names),
                 "records": [rec.tobytes() for rec in recs]}
 
     def _op_rollouts(self, args: dict) -> dict:
