@@ -88,7 +88,7 @@ class TierTable:
         for level, (new, groups, blocks) in enumerate(levels):
             old = stored.get(level, [])
             if old:  # stored ones arrived first
-                new_all, groups_all = reduce_groups(_join([*(rec for _, _, rec, _ in old), new]),
+                new_all, groups_all = reduce_groups(join_records([*(rec for _, _, rec, _ in old), new]),
                                                     np.concatenate([*(np.full(len(rec), g) for g, _, rec, _ in old),
                                                                     groups]))
             else:
@@ -162,7 +162,7 @@ class TierTable:
         k0, k1 = int(np.floor(x0 / width)), int(np.floor(x1 / width))
         ratio = width // WIDTHS[min(level, TOP)]  # a bucket of this level in top-level buckets (1 if stored)
         rows = self.rows(key, min(level, TOP), k0 * ratio // BLOCK, ((k1 + 1) * ratio - 1) // BLOCK)
-        rec = _join([r for _, r, _ in rows])
+        rec = join_records([r for _, r, _ in rows])
         if level > TOP:
             rec, _ = regroup(rec, width)
         return rec[(rec["bucket"] >= k0) & (rec["bucket"] <= k1)]
@@ -190,7 +190,7 @@ def decode(blob: bytes) -> np.ndarray:
     return words.reshape(-1).view(RECORD)
 
 
-def _join(parts: list[np.ndarray]) -> np.ndarray:
+def join_records(parts: list[np.ndarray]) -> np.ndarray:
     """Blocks of records as one array, joined as plain int64 words (numpy's concatenation of
     structured arrays checks their fields block by block: most of a wide read's time)."""
     return np.concatenate([p.view(np.int64) for p in parts]).view(RECORD) if parts else np.empty(0, RECORD)

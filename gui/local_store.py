@@ -411,16 +411,23 @@ class LocalStore:
         buckets per column whatever the run's length (see ``pilothouse.gui.tiers``)."""
         return self.tiers.view(agent, run, metric, x0, x1, pixels, lambda ids: self._points(agent, ids))
 
+    def time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int) -> TierView:
+        """``view`` on a wall-time axis: what a chart draws of times t0..t1, from the same tiers."""
+        return self.tiers.time_view(agent, run, metric, t0, t1, pixels, lambda ids: self._points(agent, ids))
+
     def nearest(self, agent: str, run: str, metric: str, xq: float) -> tuple[float, float] | None:
         """The stored point of a metric whose step is nearest xq, read around it (a crosshair)."""
         return self.tiers.nearest(agent, run, metric, xq, lambda ids: self._points(agent, ids))
 
-    def _points(self, agent: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, values) of these metric entries, in arrival order."""
-        rows = self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND id IN "
-                               "(SELECT value FROM json_each(?)) ORDER BY id", [agent, str(ids.tolist())]).fetchall()
-        steps, vals, _ = join_chunks(rows)
-        return steps, vals
+    def nearest_time(self, agent: str, run: str, metric: str, tq: float) -> tuple[float, float] | None:
+        """(time, value) of the stored point of a metric nearest time tq (a crosshair on a time axis)."""
+        return self.tiers.nearest_time(agent, run, metric, tq, lambda ids: self._points(agent, ids))
+
+    def _points(self, agent: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(steps, values, times) of these metric entries, in arrival order."""
+        return join_chunks(self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND id IN "
+                                           "(SELECT value FROM json_each(?)) ORDER BY id",
+                                           [agent, str(ids.tolist())]).fetchall())
 
     def events(self, agent: str, run: str) -> list[dict]:
         """Status changes, commands, checkpoints and losses, oldest first."""

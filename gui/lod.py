@@ -361,30 +361,34 @@ class Series:
         return self._bad.n == 0
 
 
-def ema(values: np.ndarray, alpha: float, last: float = 0.0, count: int = 0) -> tuple[np.ndarray, float, int]:
+def ema(values: np.ndarray, alpha: float, last: float = 0.0, count: float = 0,
+        weights: np.ndarray | None = None) -> tuple[np.ndarray, float, float]:
     """TensorBoard's debiased EMA: ``alpha`` is its smoothing slider (weight of the past, 0 = raw).
 
     Non-finite values pass through unchanged and do not enter the average. ``last`` and
     ``count`` carry the state between chunks, so a growing series is smoothed incrementally.
-    The recurrence runs as a log-step parallel scan in numpy, not a Python loop.
-    Returns (smoothed, last, count).
+    ``weights``: how many points each value stands for (a column of a tiered view: its mean), as
+    if each had been logged that many times.  The recurrence runs as a log-step parallel scan in
+    numpy, not a Python loop.  Returns (smoothed, last, count).
     """
     v = np.asarray(values, np.float64)
     if not len(v):
         return v.copy(), last, count
     finite = np.isfinite(v)
-    mul = np.where(finite, alpha, 1.0)  # s_i = mul_i * s_(i-1) + add_i
-    add = np.where(finite, (1.0 - alpha) * np.where(finite, v, 0.0), 0.0)
+    held = finite if weights is None else np.where(finite, weights, 0.0)
+    decay = np.where(finite, alpha, 1.0) if weights is None else alpha ** held
+    mul = decay.copy()  # s_i = mul_i * s_(i-1) + add_i
+    add = np.where(finite, (1.0 - decay) * np.where(finite, v, 0.0), 0.0)
     add[0] += mul[0] * last
     step = 1
     while step < len(v):  # Hillis-Steele scan of the affine maps
         add[step:] = add[step:] + mul[step:] * add[:-step]
         mul[step:] = mul[step:] * mul[:-step]
         step *= 2
-    counts = count + np.cumsum(finite)
+    counts = count + np.cumsum(held)
     with np.errstate(divide="ignore", invalid="ignore"):
         smoothed = np.where(finite, add / (1.0 - alpha ** counts), v)
-    return smoothed, float(add[-1]), int(counts[-1])
+    return smoothed, float(add[-1]), counts[-1].item()
 
 
 class Ema:

@@ -224,6 +224,11 @@ class RemoteSeries:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self._last.xs, self._last.ys)) if self._last else 0
 
+    @property
+    def drawn(self) -> TierView | None:
+        """The view of the last frame (what its smoothed copy follows)."""
+        return self._last
+
     def append(self, xs: np.ndarray, ys: np.ndarray) -> None:
         """Points reaching the store meanwhile: the extent may have grown; asked again."""
         if len(xs) and self._whole is not None:

@@ -6,8 +6,9 @@ column and the app holds only what it draws.  ``StoredSeries`` answers what a ch
 ``Series`` (``view``, ``nonfinite``, ``x_range``, ``y_range``, ``all_finite``, ``nearest``,
 ``append``) from the store.  Live points need no copy here: the link writes a page to the store
 (tiers included) before the UI hears of it, so ``append`` only forgets the cached extent and the
-next frame reads them.  x is the step (the tiers bucket steps); smoothing, which needs every
-point in order, is not drawn for such a curve.
+next frame reads them.  x is the step, or with ``by_time`` the wall time (the buckets keep the
+times of their first and last points).  A smoothed copy follows the columns' means of the frame
+drawn (``pilothouse.gui.tiers.smoothed``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ class StoredSeries:
 
     generation = 0  # stored points never move (the tiers fold re-logged steps in place)
 
-    def __init__(self, store: LocalStore, agent: str, run: str, metric: str) -> None:
-        self.store, self.key = store, (agent, run, metric)
+    def __init__(self, store: LocalStore, agent: str, run: str, metric: str, by_time: bool = False) -> None:
+        self.store, self.key, self.by_time = store, (agent, run, metric), by_time
         self._summary: np.ndarray | None = None
         self._last: tuple[float, float, TierView] | None = None
 
@@ -48,8 +49,13 @@ class StoredSeries:
         """New live points are already in the store: only the cached extent is out of date."""
         self._summary = None
 
+    @property
+    def drawn(self) -> TierView | None:
+        """The view of the last frame (what its smoothed copy follows)."""
+        return self._last[2] if self._last else None
+
     def view(self, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
-        view = self.store.view(*self.key, x0, x1, pixels)
+        view = (self.store.time_view if self.by_time else self.store.view)(*self.key, x0, x1, pixels)
         self._last = (x0, x1, view)
         return view.xs, view.ys
 
@@ -61,11 +67,12 @@ class StoredSeries:
         return marks[(marks >= min(x0, x1)) & (marks <= max(x0, x1))]
 
     def nearest(self, xq: float) -> tuple[float, float] | None:
-        return self.store.nearest(*self.key, xq)
+        return (self.store.nearest_time if self.by_time else self.store.nearest)(*self.key, xq)
 
     def x_range(self) -> tuple[float, float] | None:
         whole = self._whole()
-        return (float(whole["xfirst"][0]), float(whole["xlast"][0])) if len(whole) else None
+        first, last = ("tfirst", "tlast") if self.by_time else ("xfirst", "xlast")
+        return (float(whole[first][0]), float(whole[last][0])) if len(whole) else None
 
     def y_range(self) -> tuple[float, float] | None:
         whole = self._whole()

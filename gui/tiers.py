@@ -7,31 +7,44 @@ so it reads about 2-8 buckets per column whatever the run's length; zoomed in pa
 level it reads the raw points of the entries touching the range and draws them through an
 in-memory ``Series``, exactly as the charts draw a live run.  ``draw`` turns buckets into what a
 chart draws, for the store's own tiers and for those an agent answers for a run not stored yet.
+
+A wall-time axis reads the same buckets: each keeps the wall times of its first and last points,
+so ``time_view`` finds the steps of a time range by going down the levels (a few buckets each)
+and folds the buckets per column of time; a min or max is drawn at a time interpolated between
+its bucket's first and last point, less than half a column off.  The time axis assumes wall time
+does not go back as steps go forward, as within one attempt of a run (the charts draw a resumed
+run from its points).  Each column's mean (from the buckets' sums) is what a smoothed curve
+follows (``smoothed``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import sqlite_utils
 
-from pilothouse.gui.lod import Series
-from pilothouse.tier_table import BLOCK, NO_IDS, TierTable
-from pilothouse.tiers import WIDTHS, columns, level_for
+from pilothouse.gui.lod import Series, ema
+from pilothouse.tier_table import BLOCK, NO_IDS, TOP, TierTable, join_records
+from pilothouse.tiers import FANOUT, WIDTHS, columns, level_for, points, reduce
 from pilothouse.wire.entries import KIND_METRIC, join_chunks
 
 MIGRATE_ROWS = 2000  # entries folded at a time when a store from before the tiers is opened
 KEYS = ("agent", "run", "metric")
+ALL_STEPS = (-2.0 ** 63, 2.0 ** 63)
+Raw = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]  # entry ids -> (steps, vals, times)
 
 
 @dataclass
 class TierView:
     """What a chart draws for one curve: ``xs``/``ys`` (per column its first point, min, max and
-    last point at their steps, a NaN after a column holding a non-finite value; or the raw points), the
-    x of non-finite values (one per column) for markers, and per column its step range
-    [starts, stops), min and max (empty when the raw points were read)."""
+    last point at their x, a NaN after a column holding a non-finite value; or the raw points), the
+    x of non-finite values (one per column) for markers, per column its x range [starts, stops) (steps,
+    or times on a time axis), min and max (empty when the raw points were read), and what a smoothed
+    curve follows: per column (or raw point) with a finite value, its middle x, mean and how many
+    finite points it holds."""
 
     xs: np.ndarray
     ys: np.ndarray
@@ -41,6 +54,9 @@ class TierView:
     stops: np.ndarray
     mins: np.ndarray
     maxs: np.ndarray
+    centers: np.ndarray
+    means: np.ndarray
+    weights: np.ndarray
 
 
 class Tiers:
@@ -87,21 +103,81 @@ class Tiers:
         """One record of the whole metric (count, x and y extent, non-finite count); empty if none."""
         return self.table.summary((agent, run, metric))
 
-    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int,
-             raw: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> TierView:
+    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int, raw: Raw) -> TierView:
         """The points to draw steps x0..x1 on ``pixels`` columns (see ``TierView``); ``raw`` gives
         (steps, vals) of entry ids, in arrival order, for the finest zoom."""
         x0, x1, pixels = view_range(x0, x1, pixels)
         level = level_for(x0, x1, pixels)
         if level < 0:
-            return self._raw_view(agent, run, metric, x0, x1, pixels, raw)
+            steps, vals, _ = self._raw_points(agent, run, metric, x0, x1, raw)
+            return _raw_view(steps, vals, x0, x1, pixels)
         return draw(self.buckets(agent, run, metric, level, x0, x1), level, x0, x1, pixels)
 
-    def nearest(self, agent: str, run: str, metric: str, xq: float,
-                raw: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> tuple[float, float] | None:
+    def time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int, raw: Raw) -> TierView:
+        """``view`` on a wall-time axis: the points to draw times t0..t1 on ``pixels`` columns."""
+        t0, t1, pixels = view_range(t0, t1, pixels)
+        key = (agent, run, metric)
+        found = self._narrow(key, t0, t1, pixels)
+        if found is None:
+            return _raw_view(NO_IDS, np.empty(0), t0, t1, pixels)
+        level, rec = found
+        if level >= 0:
+            rec = self._split_wide(key, rec, level, (t1 - t0) / pixels / 2, raw)
+            return draw_by_time(rec[(rec["tlast"] >= t0) & (rec["tfirst"] <= t1)], level, t0, t1, pixels)
+        steps, vals, times = self._raw_points(agent, run, metric, float(rec["xfirst"][0]), float(rec["xlast"][-1]), raw)
+        return _raw_view(times, vals, t0, t1, pixels)
+
+    def _split_wide(self, key: tuple, rec: np.ndarray, level: int, most: float, raw: Raw) -> np.ndarray:
+        """These buckets of ``level`` with every one lasting more than ``most`` seconds (a pause, a
+        slow stretch: its min or max could not be placed by interpolation) replaced by the buckets of
+        the levels below it, down to its raw points, so every record drawn lasts at most ``most``
+        (or is one point).  One read per level, over the steps of the wide ones."""
+        while True:
+            wide = rec["tlast"] - rec["tfirst"] > most
+            if not wide.any():
+                return rec
+            lo, hi = float(rec["xfirst"][wide].min()), float(rec["xlast"][wide].max())
+            if level:
+                finer = self.table.buckets(key, level - 1, lo, hi)
+                finer = finer[np.isin(finer["bucket"] // FANOUT, rec["bucket"][wide])]
+            else:
+                steps, vals, times = self._raw_points(*key, lo, hi, raw)
+                finer = points(steps, vals, times)
+                finer = finer[np.isin(steps // WIDTHS[0], rec["bucket"][wide])]
+            rec = join_records([rec[~wide], finer])
+            rec = rec[np.argsort(rec["xfirst"], kind="stable")]
+            if not level:
+                return rec
+            level -= 1
+
+    def _narrow(self, key: tuple, t0: float, t1: float, pixels: int, point: bool = False
+                ) -> tuple[int, np.ndarray] | None:
+        """The buckets over times t0..t1, going down the stored levels from the top one, each read
+        over the steps of the buckets kept a level above: at the coarsest level with at least two
+        buckets per column of those steps (-1 and level 0's buckets: the raw points are finer
+        still), or with ``point`` at level 0, the one bucket nearest t0.  None when the metric has
+        no point in t0..t1 (nor any point, with ``point``)."""
+        x0, x1 = ALL_STEPS
+        for level in range(TOP, -1, -1):
+            rec = self.table.buckets(key, level, x0, x1)
+            if not len(rec):
+                return None
+            if point:
+                rec = rec[[int(np.argmin(np.maximum(rec["tfirst"] - t0, 0) + np.maximum(t0 - rec["tlast"], 0)))]]
+            else:
+                rec = rec[(rec["tlast"] >= t0) & (rec["tfirst"] <= t1)]
+                if not len(rec):
+                    return None
+            x0, x1 = float(rec["xfirst"][0]), float(rec["xlast"][-1])
+            want = -1 if point else level_for(x0, x1, pixels)
+            if want >= level:
+                return want, (self.table.buckets(key, want, x0, x1) if want > level else rec)
+        return -1, rec
+
+    def nearest(self, agent: str, run: str, metric: str, xq: float, raw: Raw) -> tuple[float, float] | None:
         """The stored point whose step is nearest xq (a crosshair readout): among the raw points
         of the blocks around xq, else among the first and last points of ever wider buckets."""
-        steps, vals = self._raw_points(agent, run, metric, xq, xq, raw)
+        steps, vals, _ = self._raw_points(agent, run, metric, xq, xq, raw)
         if not len(steps):
             for level, width in enumerate(WIDTHS):
                 rec = self.buckets(agent, run, metric, level, xq - width * BLOCK, xq + width * BLOCK)
@@ -114,31 +190,40 @@ class Tiers:
         i = int(np.argmin(np.abs(steps.astype(np.float64) - xq)))
         return float(steps[i]), float(vals[i])
 
+    def nearest_time(self, agent: str, run: str, metric: str, tq: float, raw: Raw) -> tuple[float, float] | None:
+        """``nearest`` on a wall-time axis: (time, value) of the stored point nearest time tq."""
+        found = self._narrow((agent, run, metric), tq, tq, 1, point=True)
+        if found is None:
+            return None
+        rec = found[1]
+        _, vals, times = self._raw_points(agent, run, metric, float(rec["xfirst"][0]), float(rec["xlast"][0]), raw)
+        i = int(np.argmin(np.abs(times - tq)))
+        return float(times[i]), float(vals[i])
+
     def _raw_points(self, agent: str, run: str, metric: str, x0: float, x1: float,
-                    raw: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, vals) of x0..x1 and a level-0 block either side, sorted by step (equal steps
+                    raw: Raw) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(steps, vals, times) of x0..x1 and a level-0 block either side, sorted by step (equal steps
         in arrival order), from the entries the level-0 blocks list."""
         span = WIDTHS[0] * BLOCK
         rows = self.table.rows((agent, run, metric), 0, int(np.floor(x0 / span)) - 1, int(np.floor(x1 / span)) + 1)
         ids = np.unique(np.concatenate([i for _, _, i in rows])) if rows else NO_IDS
         if not len(ids):
-            return NO_IDS, np.empty(0)
-        steps, vals = raw(ids)
+            return NO_IDS, np.empty(0), np.empty(0)
+        steps, vals, times = raw(ids)
         near = (steps >= x0 - span) & (steps <= x1 + span)
         order = np.argsort(steps[near], kind="stable")
-        return steps[near][order], vals[near][order]
+        return steps[near][order], vals[near][order], times[near][order]
 
-    def _raw_view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int,
-                  raw: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> TierView:
-        """Zoomed past level 0: the points of the entries touching the range (and a block either
-        side, for the line to the edges), drawn through a Series."""
-        steps, vals = self._raw_points(agent, run, metric, x0, x1, raw)
-        series = Series()
-        series.append(steps.astype(np.float64), vals)
-        xs, ys = series.view(x0, x1, pixels)
-        empty = np.empty(0)
-        return TierView(xs, ys, series.nonfinite(x0, x1), -1, empty.astype(np.int64), empty.astype(np.int64),
-                        empty, empty)
+
+def _raw_view(xs: np.ndarray, vals: np.ndarray, x0: float, x1: float, pixels: int) -> TierView:
+    """Zoomed past level 0: these raw points (of the entries touching the range, and a block either
+    side, for the line to the edges; x: their steps or times) drawn through a Series."""
+    series = Series()
+    series.append(xs.astype(np.float64), vals)
+    finite = np.isfinite(series.y)
+    empty = np.empty(0)
+    return TierView(*series.view(x0, x1, pixels), series.nonfinite(x0, x1), -1, empty, empty, empty, empty,
+                    series.x[finite], series.y[finite], np.ones(int(finite.sum())))
 
 
 def view_range(x0: float, x1: float, pixels: int) -> tuple[float, float, int]:
@@ -157,22 +242,81 @@ def draw(rec: np.ndarray, level: int, x0: float, x1: float, pixels: int) -> Tier
     return drawn(cols, level, starts, stops)
 
 
-def drawn(cols: np.ndarray, level: int, starts: np.ndarray, stops: np.ndarray) -> TierView:
-    """The view of records folded per pixel column (``columns``): each column's envelope."""
-    xs, ys = _envelope(cols)
-    return TierView(xs, ys, cols["xbad"][cols["bad"] > 0].astype(np.float64), level, starts, stops,
-                    cols["min"], cols["max"])
+def draw_by_time(rec: np.ndarray, level: int, t0: float, t1: float, pixels: int) -> TierView:
+    """``draw`` on a wall-time axis: the buckets ``rec`` (in step order) folded per column of times
+    t0..t1, each in the column of its first point; a min, max or non-finite value is placed at a
+    time interpolated by step between its bucket's first and last point."""
+    edges = np.linspace(t0, t1, pixels + 1)
+    at = rec.copy()
+    at["bucket"] = np.clip(np.searchsorted(edges[1:-1], rec["tfirst"], "right"), 0, pixels - 1)
+    cols = reduce(at)
+    anchors = np.column_stack([rec["xfirst"], rec["xlast"]]).ravel().astype(np.float64)
+    times = np.column_stack([rec["tfirst"], rec["tlast"]]).ravel()
+
+    def time_of(steps: np.ndarray) -> np.ndarray:
+        return np.interp(steps.astype(np.float64), anchors, times)
+
+    xs = {"first": cols["tfirst"], "min": time_of(cols["xmin"]), "max": time_of(cols["xmax"]), "last": cols["tlast"]}
+    return drawn(cols, level, edges[cols["bucket"]], edges[cols["bucket"] + 1], xs,
+                 time_of(cols["xbad"][cols["bad"] > 0]))
 
 
-def _envelope(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per column its first point, min, max and last point at their own steps (in step order;
-    a non-finite first or last left out), then a NaN where the column holds a non-finite value:
+def drawn(cols: np.ndarray, level: int, starts: np.ndarray, stops: np.ndarray,
+          xs: dict[str, np.ndarray] | None = None, marks: np.ndarray | None = None) -> TierView:
+    """The view of records folded per pixel column (``columns``): each column's envelope; ``xs``:
+    the x of each column's first, min, max and last point (default: their steps), ``marks``: of
+    its first non-finite value."""
+    xs = xs or {field: cols["x" + field].astype(np.float64) for field in ("first", "min", "max", "last")}
+    finite = cols["count"] - cols["bad"]
+    has = finite > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = cols["sum"] / finite
+    return TierView(*_envelope(cols, xs), cols["xbad"][cols["bad"] > 0].astype(np.float64) if marks is None else marks,
+                    level, starts, stops, cols["min"], cols["max"], ((xs["first"] + xs["last"]) / 2)[has], means[has],
+                    finite[has].astype(np.float64))
+
+
+def smoothed(view: TierView, alpha: float, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
+    """A smoothed curve of a view drawn from tiers: TensorBoard's debiased EMA over its columns'
+    means, each weighing as many points as it holds (an EMA over raw points whose values were
+    their column's mean), from the view's first column on, as a chart smooths what it was sent."""
+    if not len(view.means):
+        return np.empty(0), np.empty(0)
+    series = Series()
+    series.append(view.centers, ema(view.means, alpha, weights=view.weights)[0])
+    return series.view(x0, x1, pixels)
+
+
+class Drawn(Protocol):
+    drawn: TierView | None
+
+
+class TierEma:
+    """What ``lod.Ema`` is to a ``Series``, for a curve drawn from tiers (``StoredSeries``,
+    ``RemoteSeries``): its smoothed copy, made from the view of each frame it draws (``smoothed``)."""
+
+    def __init__(self, source: Drawn, alpha: float) -> None:
+        if not 0.0 <= alpha < 1.0:
+            raise ValueError(f"alpha must be in [0, 1): {alpha}")
+        self.source, self.alpha = source, alpha
+
+    def update(self) -> TierEma:
+        return self
+
+    def view(self, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
+        drawn = self.source.drawn
+        return smoothed(drawn, self.alpha, x0, x1, pixels) if drawn is not None else (np.empty(0), np.empty(0))
+
+
+def _envelope(cols: np.ndarray, xs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per column its first point, min, max and last point at their own x (in x order; a
+    non-finite first or last left out), then a NaN where the column holds a non-finite value:
     the line runs through every column's extremes and joins the columns where the data does."""
     n = len(cols)
     x = np.empty((n, 5))
     y = np.empty((n, 5))
     for i, field in enumerate(("first", "min", "max", "last")):
-        x[:, i], y[:, i] = cols["x" + field], cols[field]
+        x[:, i], y[:, i] = xs[field], cols[field]
     order = np.argsort(x[:, :4], axis=1, kind="stable")
     x[:, :4] = np.take_along_axis(x[:, :4], order, axis=1)
     y[:, :4] = np.take_along_axis(y[:, :4], order, axis=1)

@@ -168,3 +168,19 @@ def test_ema_matches_tensorboard_in_chunks(alpha):
     np.testing.assert_allclose(smooth.series.y, want, rtol=1e-9, atol=1e-9)
     whole, _, _ = ema(y, alpha)
     np.testing.assert_allclose(whole, want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.9, 0.99])
+def test_a_weighted_ema_equals_the_ema_of_each_value_repeated_its_weight(alpha):
+    """A tiered view smooths its columns' means, each weighing the points it holds: exactly
+    TensorBoard's EMA over the points, had each column's points all been its mean."""
+    rng = np.random.default_rng(6)
+    means = rng.normal(size=300) * 5
+    means[[4, 150]] = [np.nan, np.inf]  # a column without a finite point passes through
+    weights = rng.integers(1, 40, 300).astype(float)
+    repeated = np.repeat(means, weights.astype(int))
+    ends = np.cumsum(weights.astype(int)) - 1
+    got, _, count = ema(means, alpha, weights=weights)
+    finite = np.isfinite(means)
+    np.testing.assert_allclose(got[finite], reference_ema(repeated, alpha)[ends][finite], rtol=1e-9, atol=1e-9)
+    assert np.isnan(got[4]) and np.isinf(got[150]) and count == weights[finite].sum()

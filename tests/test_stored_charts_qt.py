@@ -17,8 +17,10 @@ from test_charts_panel_qt import chunk
 
 from pilothouse.gui._qt.charts import ChartsPanel
 from pilothouse.gui.local_store import LocalStore
-from pilothouse.gui.lod import Series
+from pilothouse.gui.lod import Ema, Series, ema
 from pilothouse.gui.stored_series import StoredSeries
+from pilothouse.gui.tiers import TierEma
+from pilothouse.wire.entries import Entry
 
 A = "tcp://127.0.0.1:7001"
 KEY = (A, "r1")
@@ -72,7 +74,56 @@ def test_a_long_run_is_drawn_from_the_tiers_with_spikes_gaps_zoom_and_live_point
     xs, ys = curve.raw.getData()
     assert xs.max() == N + 999 and -7.0 in ys and curve.series.y_range() == (-7.0, 40.0)
 
-    panel.smoothing.setValue(60)  # an EMA needs every point: the tiered curve stays raw, the other smooths
-    assert curve.ema is None and panel.charts["lr"].curves["r1"].ema is not None
+    panel.smoothing.setValue(60)  # the tiered curve is smoothed over its columns' means, the other over its points
+    assert isinstance(curve.ema, TierEma) and isinstance(panel.charts["lr"].curves["r1"].ema, Ema)
+    chart.setXRange(0, 100_000, padding=0)
     chart.flush()
-    assert 40.0 in curve.raw.getData()[1]
+    assert 40.0 not in curve.raw.getData()[1]
+    xs, ys = curve.smooth.getData()
+    assert 100 < len(xs) <= 5 * chart.width() * chart.devicePixelRatioF()
+    first = int(np.ceil(xs[0] - curve.series.drawn.weights[0] / 2))  # the first column's first step
+    steps = np.arange(first, 100_001)
+    want = ema(np.sin(steps / 5000.0), 0.6)[0]  # TensorBoard's EMA of the raw points from there on
+    assert np.abs(ys - np.interp(xs, steps, want)).max() < 0.01
+
+
+def test_a_long_run_on_the_wall_time_axis_is_drawn_from_the_tiers(qtbot, tmp_path):
+    """Wall time with jitter and an hour's pause: the tiers' first and last times place every column,
+    the spike is drawn within a column of its time, the crosshair and the finest zoom read real points."""
+    rng = np.random.default_rng(4)
+    steps = np.arange(N)
+    times = 1.7e9 + steps * 0.5 + rng.random(N) * 0.4 + np.where(steps > 100_000, 3600.0, 0.0)
+    loss = np.sin(steps / 5000.0)
+    loss[123_457] = 40.0
+    loss[150_000] = np.nan
+    store = LocalStore(tmp_path / "s.sqlite")
+    store.put_runs(A, [{"id": "r1", "project": "p", "name": "base", "status": "running", "created": 1.0}])
+    store.write_page(A, [Entry(i + 1, "r1", "m", "loss", 0, 20_000, steps[lo: lo + 20_000].tobytes(),
+                               loss[lo: lo + 20_000].tobytes(), times[lo: lo + 20_000].tobytes(), None)
+                         for i, lo in enumerate(range(0, N, 20_000))], 10)
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(1200, 800)
+    panel.show()
+    panel.stored_points = 50_000
+    panel.x_axis.setCurrentText("wall time")
+    panel.show_runs([KEY], store)
+    chart = panel.charts["loss"]
+    curve = chart.curves["r1"]
+    assert isinstance(curve.series, StoredSeries) and curve.series.by_time
+    chart.flush()
+    xs, ys = curve.raw.getData()
+    pixels = chart.getViewBox().width() * chart.devicePixelRatioF()
+    assert len(xs) <= 5 * pixels and xs.min() >= times[0] and xs.max() <= times[-1]
+    column = (times[-1] - times[0]) / pixels
+    assert abs(xs[ys == 40.0][0] - times[123_457]) < column  # the spike, where it happened
+    assert not ((xs > times[100_000] + column) & (xs < times[100_001] - column)).any()  # nothing in the pause
+    assert abs(chart._marker_x - times[150_000]).min() < column  # the NaN is marked
+    assert curve.series.nearest(times[123_457] + 0.1) == (times[123_457], 40.0)  # the crosshair reads the store
+    assert curve.series.nearest(times[100_000] + 1000) == (times[100_000], loss[100_000])  # inside the pause
+    chart.setXRange(times[123_400], times[123_500], padding=0)  # zoomed in: the raw points at their times
+    chart.flush()
+    xs, ys = curve.raw.getData()
+    inside = (xs >= times[123_400]) & (xs <= times[123_500])
+    assert xs[inside].tolist() == times[123_400:123_501].tolist() and 40.0 in ys
+    store.close()

@@ -35,12 +35,13 @@ def spiky(rng: np.random.Generator, n: int, resumed: bool = True) -> tuple[np.nd
 
 
 def entries(steps: np.ndarray, vals: np.ndarray, sizes: list[int], first_id: int = 1, metric: str = "loss",
-            run: str = "r1") -> list[Entry]:
+            run: str = "r1", times: np.ndarray | None = None) -> list[Entry]:
+    times = steps.astype(np.float64) if times is None else times
     out, lo = [], 0
     for i, size in enumerate(sizes):
         s, v = steps[lo: lo + size], vals[lo: lo + size]
         out.append(Entry(first_id + i, run, "m", metric, 0, len(s), s.tobytes(), v.tobytes(),
-                         s.astype(np.float64).tobytes(), None))
+                         times[lo: lo + size].tobytes(), None))
         lo += size
     assert lo == len(steps)
     return out
@@ -102,6 +103,60 @@ def test_tier_views_are_exact_per_column(tmp_path):
     assert len(levels - {-1}) >= 3  # coarse and fine levels were both exercised
     whole = store.view(A, "r1", "loss", 0, top, 800)
     assert 1e6 in whole.ys and -1e6 in whole.ys  # the spikes survive the coarsest view
+
+
+def test_time_views_are_exact_per_column_of_time(tmp_path):
+    """On a wall-time axis every column holds the buckets (or, where one lasts over half a column, as
+    across a pause, the finer buckets and points) whose first point falls in it: its min and max lie
+    between those of the points logged inside it and those logged up to half a column around it; every
+    drawn point is a real one, drawn within half a column of when it was logged (across jitter, a
+    sparse stretch of steps and an hour's pause); the crosshair reads real points."""
+    rng = np.random.default_rng(8)
+    steps, vals = spiky(rng, 60_000, resumed=False)
+    times = 1.7e9 + np.cumsum(0.05 + rng.random(len(steps))) + np.where(steps > steps[40_000], 3600.0, 0.0)
+    store = LocalStore(tmp_path / "s.sqlite")
+    page = entries(steps, vals, split(rng, len(steps), 12), times=times)
+    store.write_page(A, page, len(page))
+    span = (times[0], times[-1])
+    views = [(*span, 800), (*span, 37), (times[39_000], times[41_000], 300), (times[100], times[30_000], 640)]
+    views += [tuple(sorted(rng.uniform(*span, 2).tolist())) + (int(rng.integers(20, 1500)),) for _ in range(12)]
+    finite = np.isfinite(vals)
+    levels = set()
+
+    def lowest(a: float, b: float) -> float:
+        inside = finite & (times >= a) & (times < b)
+        return vals[inside].min() if inside.any() else np.inf
+
+    def highest(a: float, b: float) -> float:
+        inside = finite & (times >= a) & (times < b)
+        return vals[inside].max() if inside.any() else -np.inf
+
+    for t0, t1, pixels in views:
+        view = store.time_view(A, "r1", "loss", t0, t1, pixels)
+        levels.add(view.level)
+        if view.level < 0:
+            continue
+        half = (t1 - t0) / pixels / 2
+        for a, b, low, high in zip(view.starts, view.stops, view.mins, view.maxs):
+            if np.isnan(low):
+                assert not np.isfinite(lowest(a + half, b))
+                continue
+            early = a - half if a == t0 else a  # the first column also holds a bucket begun before the view
+            assert lowest(early, b + half) <= low <= lowest(a + half, b), (t0, t1, pixels, a)
+            assert highest(a + half, b) <= high <= highest(early, b + half), (t0, t1, pixels, a)
+        drawn = np.isfinite(view.ys)
+        for x, y in zip(view.xs[drawn].tolist(), view.ys[drawn].tolist()):
+            assert np.abs(times[vals == y] - x).min() <= half, (t0, t1, pixels, x, y)
+        assert (view.starts[1:] >= view.stops[:-1]).all() and len(view.mins) <= pixels
+    assert len(levels - {-1}) >= 3
+    whole = store.time_view(A, "r1", "loss", *span, 800)
+    assert 1e6 in whole.ys and -1e6 in whole.ys
+    pause = store.time_view(A, "r1", "loss", times[40_000] + 10, times[40_001] - 10, 100)
+    assert pause.xs.tolist() == [times[40_000], times[40_001]]  # inside the pause: only the line across it
+    for i in (0, 17_003, 40_000, len(steps) - 1):
+        got = store.nearest_time(A, "r1", "loss", times[i] + 1e-3)
+        assert got[0] == times[i] and (got[1] == vals[i] or np.isnan(vals[i]))
+    assert store.nearest_time(A, "r1", "loss", times[40_000] + 1000)[0] == times[40_000]  # nearer than after the pause
 
 
 def test_finest_zoom_reads_the_raw_points(tmp_path):

@@ -23,6 +23,7 @@ from PySide6 import QtCore
 from pilothouse.gui.lod import Ema, Series
 from pilothouse.gui.remote_tiers import RemoteSeries
 from pilothouse.gui.stored_series import StoredSeries
+from pilothouse.gui.tiers import TierEma
 
 from ..palette import PALETTE
 from .theme import current, is_restyle
@@ -53,7 +54,7 @@ class _Curve:
     color: str
     raw: pg.PlotDataItem
     smooth: pg.PlotDataItem
-    ema: Ema | None = None
+    ema: Ema | TierEma | None = None
     label: str = ""  # what the legend and the readout call it (a run's name)
     dashed: bool = False
     faint: bool = False  # points a later attempt superseded: dotted, behind the run's curve
@@ -240,9 +241,9 @@ class ChartWidget(pg.PlotWidget):
             self.redraw()
 
     def set_smoothing(self, alpha: float) -> None:
-        """TensorBoard-style EMA weight in [0, 1); 0 turns smoothing off. The smoothed copy
-        is a second Series per curve, so smoothing doubles the curves' memory while it is on.
-        A curve read from the store's tiers is not smoothed (an EMA needs every point)."""
+        """TensorBoard-style EMA weight in [0, 1); 0 turns smoothing off. The smoothed copy of an
+        in-memory curve is a second Series, so smoothing doubles its memory while it is on; a curve
+        read from tiers is smoothed over its columns' means each frame (``TierEma``)."""
         self._smoothing = alpha
         for name, curve in self.curves.items():
             curve.ema = None if curve.faint else _ema(curve.series, alpha)  # faint: as logged
@@ -376,9 +377,11 @@ class ChartWidget(pg.PlotWidget):
         self.readout_label.setPos(x0, y1)
 
 
-def _ema(series: Series | StoredSeries, alpha: float) -> Ema | None:
-    """The smoothed copy of an in-memory curve while smoothing is on."""
-    return Ema(series, alpha) if alpha > 0 and isinstance(series, Series) else None
+def _ema(series: Series | StoredSeries | RemoteSeries, alpha: float) -> Ema | TierEma | None:
+    """The smoothed copy of a curve while smoothing is on."""
+    if alpha <= 0:
+        return None
+    return Ema(series, alpha) if isinstance(series, Series) else TierEma(series, alpha)
 
 
 def _filled(xs: np.ndarray, ys: np.ndarray) -> Series:

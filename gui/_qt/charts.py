@@ -228,11 +228,11 @@ class ChartsPanel(QWidget):
         return any(not self._lacks(store, key, runs.get(key, {})) for key in self.remote_keys)
 
     def _stored(self, store: LocalStore, key: RunKey, metric: str) -> StoredSeries | None:
-        """A curve read from the tiers for a metric of more than ``stored_points`` points, on the
-        step axis and ungrouped (wall time, groups and smoothing need the points in memory)."""
-        if self.groups or self.x_axis.currentText() != "step":
+        """A curve read from the tiers for a metric of more than ``stored_points`` points, on either
+        x axis, ungrouped (a group's band needs its runs' points in memory)."""
+        if self.groups:
             return None
-        stored = StoredSeries(store, *key, metric)
+        stored = StoredSeries(store, *key, metric, by_time=self.x_axis.currentText() == "wall time")
         return stored if len(stored) > self.stored_points else None
 
     def _make_groups(self, names: dict[RunKey, str], configs: dict[RunKey, dict]) -> None:
