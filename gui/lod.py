@@ -102,6 +102,13 @@ class Series:
         self._xc = _Buffer(np.float64)  # x[::STRIDE]
         self.generation = 0  # bumped when old points move (an out-of-order append), for caches
 
+    @classmethod
+    def of(cls, xs: np.ndarray, ys: np.ndarray) -> Series:
+        """A Series holding these points."""
+        series = cls()
+        series.append(xs, ys)
+        return series
+
     def __len__(self) -> int:
         return self._x.n
 

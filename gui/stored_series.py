@@ -8,14 +8,17 @@ column and the app holds only what it draws.  ``StoredSeries`` answers what a ch
 (tiers included) before the UI hears of it, so ``append`` only forgets the cached extent and the
 next frame reads them.  x is the step, or with ``by_time`` the wall time (the buckets keep the
 times of their first and last points).  A smoothed copy follows the columns' means of the frame
-drawn (``pilothouse.gui.tiers.smoothed``).
+drawn (``pilothouse.gui.tiers.smoothed``).  ``StoredGroup`` draws a group of such runs (a mean and
+a min/max band) the same way.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from pilothouse.gui.groups import band
 from pilothouse.gui.local_store import LocalStore
+from pilothouse.gui.lod import Series
 from pilothouse.gui.tiers import TierView
 
 STORED_POINTS = 2_000_000  # a stored metric longer than this is charted from the tiers
@@ -83,3 +86,96 @@ class StoredSeries:
     def all_finite(self) -> bool:
         whole = self._whole()
         return not len(whole) or int(whole["bad"][0]) == 0
+
+
+class StoredGroup:
+    """A group of stored runs' metric read per frame from their tiers, as a chart asks of a group's mean
+    curve: per pixel column (every run's view of a range has the same columns), the mean of the runs'
+    column means and the lowest min and highest max among them, which is the band ``groups.band``
+    gives per step as the chart draws it per column; zoomed in to the raw points, ``band`` itself."""
+
+    generation = 0
+
+    def __init__(self, members: list[StoredSeries]) -> None:
+        self.members = members
+        self.drawn: TierView | None = None
+        empty = np.empty(0)
+        self._band = (empty, empty, empty, empty, empty.astype(np.int64))  # xs, mean, lo, hi, count
+
+    def __len__(self) -> int:
+        return sum(len(m) for m in self.members)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(m.nbytes for m in self.members) + sum(a.nbytes for a in self._band)
+
+    def append(self, xs: np.ndarray, ys: np.ndarray) -> None:
+        for m in self.members:
+            m.append(xs, ys)
+
+    def view(self, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
+        views = []
+        for m in self.members:
+            m.view(x0, x1, pixels)
+            views.append(m.drawn)
+        if all(v.level >= 0 for v in views):
+            xs, mean, lo, hi, count, weights = _columns(views)
+        else:
+            xs, mean, lo, hi, count = band([(v.centers, v.means) for v in views])
+            weights = np.ones(len(xs))
+        self._band = (xs, mean, lo, hi, count)
+        finite = np.isfinite(mean)
+        empty = np.empty(0)
+        self.drawn = TierView(xs, mean, empty, views[0].level if views else -1, empty, empty, lo, hi, xs[finite],
+                              mean[finite], weights[finite])
+        return Series.of(xs, mean).view(x0, x1, pixels)
+
+    def edges(self) -> tuple[Series, Series, np.ndarray]:
+        """The last frame's band: its low and high edges and how many runs count per x."""
+        xs, _, lo, hi, count = self._band
+        return Series.of(xs, lo), Series.of(xs, hi), count
+
+    def nonfinite(self, x0: float, x1: float) -> np.ndarray:
+        return np.empty(0)
+
+    def nearest(self, xq: float) -> tuple[float, float] | None:
+        """The last frame's mean nearest xq."""
+        xs, mean, *_ = self._band
+        if not len(xs):
+            return None
+        i = int(np.argmin(np.abs(xs - xq)))
+        return float(xs[i]), float(mean[i])
+
+    def x_range(self) -> tuple[float, float] | None:
+        ranges = [r for m in self.members if (r := m.x_range())]
+        return (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else None
+
+    def y_range(self) -> tuple[float, float] | None:
+        ranges = [r for m in self.members if (r := m.y_range())]
+        return (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else None
+
+    @property
+    def all_finite(self) -> bool:
+        return all(m.all_finite for m in self.members)
+
+
+def _columns(views: list[TierView]) -> tuple[np.ndarray, ...]:
+    """(xs, mean, lo, hi, count, weights) of the runs' views folded per column: xs the mean of the
+    runs' column middles, weights their mean number of points (for smoothing)."""
+    starts = np.unique(np.concatenate([v.starts for v in views]))
+    n = len(starts)
+    total, middles, points = np.zeros(n), np.zeros(n), np.zeros(n)
+    count = np.zeros(n, np.int64)
+    lo, hi = np.full(n, np.nan), np.full(n, np.nan)
+    for v in views:
+        at = np.searchsorted(starts, v.starts)
+        lo[at], hi[at] = np.fmin(lo[at], v.mins), np.fmax(hi[at], v.maxs)
+        filled = at[~np.isnan(v.mins)]  # the columns with a finite point: those of means, centers and weights
+        total[filled] += v.means
+        middles[filled] += v.centers
+        points[filled] += v.weights
+        count[filled] += 1
+    keep = count > 0
+    count = count[keep]
+    return (middles[keep] / count, total[keep] / count, lo[keep], hi[keep], count, points[keep] / count)
+

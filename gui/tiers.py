@@ -218,8 +218,7 @@ class Tiers:
 def _raw_view(xs: np.ndarray, vals: np.ndarray, x0: float, x1: float, pixels: int) -> TierView:
     """Zoomed past level 0: these raw points (of the entries touching the range, and a block either
     side, for the line to the edges; x: their steps or times) drawn through a Series."""
-    series = Series()
-    series.append(xs.astype(np.float64), vals)
+    series = Series.of(xs.astype(np.float64), vals)
     finite = np.isfinite(series.y)
     empty = np.empty(0)
     return TierView(*series.view(x0, x1, pixels), series.nonfinite(x0, x1), -1, empty, empty, empty, empty,
@@ -282,9 +281,7 @@ def smoothed(view: TierView, alpha: float, x0: float, x1: float, pixels: int) ->
     their column's mean), from the view's first column on, as a chart smooths what it was sent."""
     if not len(view.means):
         return np.empty(0), np.empty(0)
-    series = Series()
-    series.append(view.centers, ema(view.means, alpha, weights=view.weights)[0])
-    return series.view(x0, x1, pixels)
+    return Series.of(view.centers, ema(view.means, alpha, weights=view.weights)[0]).view(x0, x1, pixels)
 
 
 class Drawn(Protocol):

@@ -16,9 +16,10 @@ pytest.importorskip("pytestqt")
 from test_charts_panel_qt import chunk
 
 from pilothouse.gui._qt.charts import ChartsPanel
+from pilothouse.gui.groups import band
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.lod import Ema, Series, ema
-from pilothouse.gui.stored_series import StoredSeries
+from pilothouse.gui.stored_series import StoredGroup, StoredSeries
 from pilothouse.gui.tiers import TierEma
 from pilothouse.wire.entries import Entry
 
@@ -127,3 +128,68 @@ def test_a_long_run_on_the_wall_time_axis_is_drawn_from_the_tiers(qtbot, tmp_pat
     inside = (xs >= times[123_400]) & (xs <= times[123_500])
     assert xs[inside].tolist() == times[123_400:123_501].tolist() and 40.0 in ys
     store.close()
+
+
+def test_groups_of_long_runs_are_drawn_from_their_tiers_with_exact_bands(qtbot, tmp_path):
+    """Two groups of two long runs each: a group's metric longer than ``stored_points`` is read per
+    frame from its runs' tiers (no point held in memory): its band is exact per column, its mean the
+    runs' mean, the readout says how many runs count, zoomed in it is ``band`` of the raw points, and a
+    live page shows in the next frame; a short metric of the same runs stays in memory."""
+    store = LocalStore(tmp_path / "s.sqlite")
+    steps = np.arange(100_000)
+    runs, page, values = [], [], {}
+    for i, (lr, seed) in enumerate([(1, 1), (1, 2), (2, 1), (2, 2)]):
+        run = f"r{i}"
+        runs.append({"id": run, "project": "p", "name": f"lr{lr}-seed{seed}", "status": "running",
+                     "created": float(i), "config": {"lr": lr, "seed": seed}})
+        loss = lr * 10 + seed + np.sin(steps / 5000.0) * seed
+        if i == 1:
+            loss[70_001] = 40.0
+        values[run] = loss
+        page += [chunk(2 * i + 1, "loss", steps, loss)._replace(run=run),
+                 chunk(2 * i + 2, "lr", steps[:100], np.full(100, lr))._replace(run=run)]
+    store.put_runs(A, runs)
+    store.write_page(A, page, len(page))
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(1200, 800)
+    panel.show()
+    panel.stored_points = 50_000
+    panel.show_runs([(A, r["id"]) for r in runs], store)
+    panel.group_box.setCurrentIndex(panel.group_box.findData("config:lr"))
+    panel.group_box.activated.emit(panel.group_box.currentIndex())
+    chart = panel.charts["loss"]
+    assert set(chart.curves) == {"group:lr=1", "group:lr=2"} and "loss" not in panel.points
+    group = chart.curves["group:lr=1"].series
+    assert isinstance(group, StoredGroup) and isinstance(panel.charts["lr"].curves["group:lr=1"].series, Series)
+    chart.flush()
+    lo, hi, count = group.edges()
+    members = np.stack([values["r0"], values["r1"]])
+    for x, low, high, n in zip(lo.x, lo.y, hi.y, count):  # each column: the runs' extremes over its steps
+        view = chart.curves["group:lr=1"].series.members[0].drawn
+        column = np.searchsorted(view.starts, x, "right") - 1
+        inside = slice(int(view.starts[column]), int(view.stops[column]))
+        assert (low, high, n) == (members[:, inside].min(), members[:, inside].max(), 2)
+    assert hi.y.max() == 40.0 and abs(hi.x[hi.y == 40.0][0] - 70_001) < 100_000 / 1000  # the spike, in its column
+    xs, ys = chart.curves["group:lr=1"].raw.getData()
+    calm = np.abs(xs - 70_001) > 500  # the spike's column: its mean holds the spike
+    assert len(xs) <= 5 * chart.width() and np.abs(ys - (11.5 + 1.5 * np.sin(xs / 5000.0)))[calm].max() < 0.01
+    assert ys[~calm].max() > 11.5 + 1.5 * np.sin(70_001 / 5000.0) + 0.01
+    assert "(" in chart.readout(50_000.0) and "2 runs)" in chart.readout(50_000.0)
+
+    chart.setXRange(20_000, 20_100, padding=0)  # zoomed in: the band of the raw points, step by step
+    chart.flush()
+    xs, mean, low, high, n = band([(steps, values["r0"]), (steps, values["r1"])])
+    lo, hi, count = group.edges()
+    inside = (xs >= 19_990) & (xs <= 20_110)
+    shown = (lo.x >= 19_990) & (lo.x <= 20_110)
+    assert lo.x[shown].tolist() == xs[inside].tolist() and lo.y[shown].tolist() == low[inside].tolist()
+    assert hi.y[shown].tolist() == high[inside].tolist() and count[shown].tolist() == [2] * int(inside.sum())
+
+    live = chunk(9, "loss", np.arange(100_000, 100_500), np.full(500, 99.0))._replace(run="r0")
+    store.write_page(A, [live], 9)  # the link stores a page before the UI hears of it
+    panel.add_entries(A, [live])
+    chart.set_follow(True)
+    chart.flush()
+    lo, hi, count = group.edges()
+    assert lo.x.max() > 100_000 and hi.y.max() == 99.0 and count[-1] == 1

@@ -22,7 +22,7 @@ from PySide6 import QtCore
 
 from pilothouse.gui.lod import Ema, Series
 from pilothouse.gui.remote_tiers import RemoteSeries
-from pilothouse.gui.stored_series import StoredSeries
+from pilothouse.gui.stored_series import StoredGroup, StoredSeries
 from pilothouse.gui.tiers import TierEma
 
 from ..palette import PALETTE
@@ -50,7 +50,7 @@ class AlertMark:
 
 @dataclass
 class _Curve:
-    series: Series | StoredSeries | RemoteSeries
+    series: Series | StoredSeries | RemoteSeries | StoredGroup
     color: str
     raw: pg.PlotDataItem
     smooth: pg.PlotDataItem
@@ -112,10 +112,10 @@ class ChartWidget(pg.PlotWidget):
         self.restyle()
 
     def add_curve(self, name: str, color: str | None = None, label: str | None = None,
-                  dashed: bool = False, faint: bool = False,
-                  series: StoredSeries | RemoteSeries | None = None) -> Series | StoredSeries | RemoteSeries:
-        """A new curve, empty or drawn from ``series`` (a stored run read from the store's tiers, or
-        one the store lacks yet read from its agent's tiers),
+                  dashed: bool = False, faint: bool = False, series: StoredSeries | RemoteSeries | StoredGroup | None = None
+                  ) -> Series | StoredSeries | RemoteSeries | StoredGroup:
+        """A new curve, empty or drawn from ``series`` (a stored run read from the store's tiers, one
+        the store lacks yet read from its agent's tiers, or a group of stored runs),
         colored ``color`` (default: the next palette color), called ``label`` in the readout
         (default: its name); ``faint``: dotted and see-through."""
         if name in self.curves:
@@ -133,10 +133,11 @@ class ChartWidget(pg.PlotWidget):
         return curve.series
 
     def add_group(self, name: str, color: str | None = None, label: str | None = None,
-                  dashed: bool = False) -> None:
-        """A new empty group: a mean curve ``name`` (smoothed, hidden and emphasized like a run's)
-        and its min/max band; ``set_group`` gives it its points."""
-        self.add_curve(name, color, label, dashed)
+                  dashed: bool = False, stored: StoredGroup | None = None) -> None:
+        """A new group: a mean curve ``name`` (smoothed, hidden and emphasized like a run's) and its
+        min/max band; ``set_group`` gives it its points, or ``stored`` draws it from its runs' tiers
+        each frame."""
+        self.add_curve(name, color, label, dashed, series=stored)
         edges = [pg.PlotDataItem(connect="finite", pen=pg.mkPen(None)) for _ in range(2)]
         for edge in edges:
             self.addItem(edge)  # invisible lines, but in the y range: it includes the band
@@ -158,9 +159,9 @@ class ChartWidget(pg.PlotWidget):
             raise ValueError("a group's xs must increase")
         gap = ~(np.isfinite(lo) & np.isfinite(hi))  # one gap for both edges: the fill pairs their pieces
         curve, band = self.curves[name], self.bands[name]
-        curve.series = _filled(xs, mean)
+        curve.series = Series.of(xs, mean)
         curve.ema = _ema(curve.series, self._smoothing)
-        band.lo, band.hi = _filled(xs, np.where(gap, np.nan, lo)), _filled(xs, np.where(gap, np.nan, hi))
+        band.lo, band.hi = Series.of(xs, np.where(gap, np.nan, lo)), Series.of(xs, np.where(gap, np.nan, hi))
         band.count = np.asarray(count)
         self.schedule_redraw()
 
@@ -307,7 +308,10 @@ class ChartWidget(pg.PlotWidget):
             if curve.ema is not None:
                 curve.smooth.setData(*curve.ema.update().view(x0, x1, pixels))
             bad.append(curve.series.nonfinite(x0, x1))
-        for band in self.bands.values():
+        for name, band in self.bands.items():
+            group = self.curves[name].series
+            if isinstance(group, StoredGroup):  # its band comes with the frame just read
+                band.lo, band.hi, band.count = group.edges()
             self._draw_band(band, x0, x1, pixels)
         marks = np.concatenate(bad) if bad else np.empty(0)
         if len(marks) and x1 > x0:  # one tick per pixel column is enough
@@ -377,17 +381,11 @@ class ChartWidget(pg.PlotWidget):
         self.readout_label.setPos(x0, y1)
 
 
-def _ema(series: Series | StoredSeries | RemoteSeries, alpha: float) -> Ema | TierEma | None:
+def _ema(series: Series | StoredSeries | RemoteSeries | StoredGroup, alpha: float) -> Ema | TierEma | None:
     """The smoothed copy of a curve while smoothing is on."""
     if alpha <= 0:
         return None
     return Ema(series, alpha) if isinstance(series, Series) else TierEma(series, alpha)
-
-
-def _filled(xs: np.ndarray, ys: np.ndarray) -> Series:
-    series = Series()
-    series.append(xs, ys)
-    return series
 
 
 def _edge(xs: np.ndarray, ys: np.ndarray, reduce: np.ufunc) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, Entry, entry_body, entry_points
 
 from ..alerts import Marker
-from ..attempts import Timeline, member_lists, read_run
+from ..attempts import Timeline, attempts, member_lists, read_run
 from ..chart_layout import arrange, constant_value, folded_text, varies
 from ..groups import band, group_runs
 from ..local_store import LocalStore
@@ -38,7 +38,7 @@ from ..lod import Series
 from ..models import RunKey, config_diff, run_labels
 from ..palette import RunColors, color, dashed
 from ..remote_tiers import RemoteSeries, RemoteTiers
-from ..stored_series import STORED_POINTS, StoredSeries
+from ..stored_series import STORED_POINTS, StoredGroup, StoredSeries
 from .chart import AlertMark, ChartWidget
 from .legend import RunLegend
 
@@ -76,6 +76,7 @@ class ChartsPanel(QWidget):
         self.member: dict[RunKey, str] = {}  # run -> its group's curve name
         self.group_slots: dict[str, int] = {}  # group curve name -> its color slot
         self.points: dict[str, dict[RunKey, Series]] = {}  # grouped: metric -> each run's points
+        self.tier_groups: dict[tuple[str, str], StoredGroup] = {}  # grouped: long metrics read from the tiers
         self._stale_bands: set[tuple[str, str]] = set()  # (metric, group) with new points
         self.band_timer = QTimer(self, singleShot=True, interval=BAND_MS, timeout=self._update_bands)
         self.group_box = QComboBox(toolTip="draw each group of runs as its mean with a min/max band")
@@ -143,6 +144,7 @@ class ChartsPanel(QWidget):
         self.constant = {}
         self.varying = set()
         self.points = {}
+        self.tier_groups = {}
         self.timelines = {}
         self._stale_bands = set()
         self.keys = list(keys)
@@ -164,6 +166,7 @@ class ChartsPanel(QWidget):
             self.labels = run_labels(names)
             self._make_groups(names, configs)
             group_of = member_lists(runs)
+            self.tier_groups = self._tier_groups(store, runs, group_of)
             self.member_of = {m: key for key in keys for m in group_of.get(key, [key])}
             for agent in {a for a, _ in self.member_of}:
                 self.seen[agent] = store.cursor(agent)
@@ -185,6 +188,10 @@ class ChartsPanel(QWidget):
             return
         if keys == [key] and len(timeline.attempts) == 1:
             for metric in store.metrics(*key):
+                group = self.member.get(key)
+                if (metric, group) in self.tier_groups:  # a long metric of a group: drawn from its runs' tiers
+                    self._chart(metric)
+                    continue
                 stored = self._stored(store, key, metric)
                 if stored is not None:  # too long to hold: drawn from the store's tiers
                     self._append(key, metric, *_NO_POINTS, stored=stored)
@@ -234,6 +241,24 @@ class ChartsPanel(QWidget):
             return None
         stored = StoredSeries(store, *key, metric, by_time=self.x_axis.currentText() == "wall time")
         return stored if len(stored) > self.stored_points else None
+
+    def _tier_groups(self, store: LocalStore, runs: dict[RunKey, dict],
+                     group_of: dict[RunKey, list[RunKey]]) -> dict[tuple[str, str], StoredGroup]:
+        """(metric, group) -> the group drawn from its runs' tiers: each metric of a group with a run
+        longer than ``stored_points`` there, when every run of the group is one node's single
+        attempt (a resumed run's superseded points are told apart in memory)."""
+        out: dict[tuple[str, str], StoredGroup] = {}
+        for group, keys in self.groups.items():
+            if any(group_of.get(k, [k]) != [k] or len(attempts([(k, runs.get(k, {}), store.events(*k))])) > 1
+                   for k in keys):
+                continue
+            by_metric: dict[str, list[StoredSeries]] = {}
+            for key in keys:
+                for metric in store.metrics(*key):
+                    by_metric.setdefault(metric, []).append(StoredSeries(store, *key, metric))
+            out.update({(metric, group): StoredGroup(members) for metric, members in by_metric.items()
+                        if any(len(m) > self.stored_points for m in members)})
+        return out
 
     def _make_groups(self, names: dict[RunKey, str], configs: dict[RunKey, dict]) -> None:
         """Offer the config keys that tell the runs apart, and group the runs if asked to."""
@@ -354,26 +379,42 @@ class ChartsPanel(QWidget):
         else:
             self.hint.setText("Select runs on the left to chart them; select several to compare.")
 
+    def _chart(self, metric: str) -> tuple[ChartWidget, bool]:
+        """The metric's chart, made if new (True: the grid needs laying out again); a group of it
+        drawn from its runs' tiers gets its curve with the chart."""
+        chart = self.charts.get(metric)
+        if chart is not None:
+            return chart, False
+        by_time = self.x_axis.currentText() == "wall time"
+        chart = self.charts[metric] = ChartWidget(axisItems={"bottom": pg.DateAxisItem()} if by_time else None)
+        if len(self.charts) > 1:  # zoom and pan one chart, all follow
+            chart.setXLink(next(iter(self.charts.values())))
+        chart.setMinimumHeight(CHART_HEIGHT)
+        self._title(metric)
+        menu = chart.getPlotItem().getViewBox().menu  # right-click on the chart
+        action = menu.addAction("Pin to top / unpin")
+        action.setData(metric)
+        action.triggered.connect(self._toggle_pin)  # a bound method: a lambda holding the panel would leak it
+        self._style(chart)
+        self._mark(metric, chart)
+        stored = {group: g for (m, group), g in self.tier_groups.items() if m == metric}
+        for group, g in stored.items():
+            self._add_group(chart, group, g)
+        if stored:
+            self._check_constant(metric, chart)
+        return chart, True
+
+    def _add_group(self, chart: ChartWidget, group: str, stored: StoredGroup | None = None) -> None:
+        slot = self.group_slots[group]
+        chart.add_group(group, color=color(slot), label=group[len(GROUP):], dashed=dashed(slot), stored=stored)
+        chart.set_hidden(group, group in self.hidden)
+
     def _append(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
                 faint: bool = False, stored: StoredSeries | RemoteSeries | None = None) -> bool:
         """Returns True when a new chart was made (the grid needs laying out again).  ``faint``: points
         a later attempt superseded (not in a group's band); ``stored`` makes the run's curve one read
         from the store's tiers."""
-        chart = self.charts.get(metric)
-        new = chart is None
-        if new:
-            by_time = self.x_axis.currentText() == "wall time"
-            chart = self.charts[metric] = ChartWidget(axisItems={"bottom": pg.DateAxisItem()} if by_time else None)
-            if len(self.charts) > 1:  # zoom and pan one chart, all follow
-                chart.setXLink(next(iter(self.charts.values())))
-            chart.setMinimumHeight(CHART_HEIGHT)
-            self._title(metric)
-            menu = chart.getPlotItem().getViewBox().menu  # right-click on the chart
-            action = menu.addAction("Pin to top / unpin")
-            action.setData(metric)
-            action.triggered.connect(self._toggle_pin)  # a bound method: a lambda holding the panel would leak it
-            self._style(chart)
-            self._mark(metric, chart)
+        chart, new = self._chart(metric)
         if self.groups:
             return (not faint and self._append_to_group(key, metric, chart, steps, vals)) or new
         name = key[1] + (OLD if faint else "")
@@ -394,11 +435,12 @@ class ChartsPanel(QWidget):
         group = self.member.get(key)
         if group is None:
             return False
+        if (metric, group) in self.tier_groups:  # in the store already: the next frame reads it
+            chart.append(group, steps.astype(float), vals)
+            return False
         self.points.setdefault(metric, {}).setdefault(key, Series()).append(steps.astype(float), vals)
         if group not in chart.curves:
-            slot = self.group_slots[group]
-            chart.add_group(group, color=color(slot), label=group[len(GROUP):], dashed=dashed(slot))
-            chart.set_hidden(group, group in self.hidden)
+            self._add_group(chart, group)
         self._stale_bands.add((metric, group))
         return False
 
