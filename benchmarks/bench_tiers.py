@@ -2,10 +2,12 @@
 the app store's tiers, offscreen, at several run lengths.
 
 For each size: a store of METRICS metrics x N points, generated straight into the app's store
-(``write_page`` in pages of 1 M points, tiers folded in the same transactions).  Then, each in a
-fresh process (so its memory is its own): open (``ChartsPanel.show_runs`` to the first painted frame
-of every chart), pan and zoom repaints (``setXRange`` on the linked charts, every chart redrawn
-and painted), and the resident memory after them.  Peers: the app today (every point in memory,
+(``write_page`` in pages of 1 M points, tiers folded in the same transactions; one point a second,
+with an hour's pause halfway).  Then, each in a fresh process (so its memory is its own): open
+(``ChartsPanel.show_runs`` to the first painted frame of every chart), pan and zoom repaints
+(``setXRange`` on the linked charts, every chart redrawn and painted), and the resident memory after
+them, for each of ``--views``: the step axis, the wall-time axis, smoothing on (0.6), and the run
+drawn as a group (of one run: a group's mean and band read from the tiers).  Peers: the app today (every point in memory,
 ``stored_points`` out of reach) at the sizes up to ``--today-max``, and TensorBoard's
 ``EventAccumulator`` (size_guidance 0: keep every point) loading the points ``SummaryWriter``
 wrote, measured at ``--tb-points`` in all and scaled linearly to each size (it reads every event).
@@ -20,6 +22,7 @@ pan and zoom moves as above, every metric in one request each.  The Qt paint its
 times; it is in the charts panel's, measured next in fresh processes (``remote_child``).
 
     python benchmarks/bench_tiers.py [--sizes 10e6,30e6,100e6] [--metrics 10] [--today-max 10e6]
+                                     [--views step,time,smooth,group]
     python benchmarks/bench_tiers.py --never-seen 100e6 [--metrics 10]
 
 ``--old-journal N``: a journal from before the tiers (the same run, its tiers dropped).  The agent
@@ -50,6 +53,8 @@ PAGE = 1_000_000  # points per written page
 CHUNK = 10_000  # points per entry, as a busy trainer's journal sends them
 URL = "tcp://127.0.0.1:1"
 WIDTH, HEIGHT = 1400, 900
+VIEWS = ("step", "time", "smooth", "group")
+PAUSE = 3600.0  # seconds of wall time without a point, halfway through the run
 
 
 def walks(points: int, metrics: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
@@ -75,7 +80,7 @@ def fill_store(path: Path, points: int, metrics: int) -> float:
     store.put_runs(URL, [{"id": "big", "project": "bench", "name": "big", "kind": "train", "status": "finished"}])
     entry_id = 0
     for m, steps, vals in walks(points, metrics):
-        times = 1.7e9 + steps.astype(np.float64)
+        times = 1.7e9 + steps.astype(np.float64) + np.where(steps >= points // 2, PAUSE, 0.0)
         page = []
         for at in range(0, len(steps), CHUNK):
             entry_id += 1
@@ -310,8 +315,8 @@ def repainted(panel, first, x0: float, x1: float) -> float:
     return time.perf_counter() - t
 
 
-def child(path: Path, mode: str) -> dict:
-    """In this process: open the run, pan and zoom, and report times and memory (as JSON)."""
+def child(path: Path, mode: str, view: str) -> dict:
+    """In this process: open the run as ``view`` shows it, pan and zoom, and report times and memory (as JSON)."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import psutil
     from PySide6.QtWidgets import QApplication
@@ -326,6 +331,12 @@ def child(path: Path, mode: str) -> dict:
         panel.stored_points = 2 ** 62  # every point in memory, as before the tiers
     panel.resize(WIDTH, HEIGHT)
     panel.show()
+    if view == "time":
+        panel.x_axis.setCurrentText("wall time")
+    elif view == "smooth":
+        panel.smoothing.setValue(60)
+    elif view == "group":
+        panel.group_by = "name:-seed\\d+"  # a group of this one run
     QApplication.processEvents()
     before = psutil.Process().memory_info().rss
     t0 = time.perf_counter()
@@ -337,15 +348,16 @@ def child(path: Path, mode: str) -> dict:
     first = next(iter(panel.charts.values()))
     (x0, x1), _ = first.getViewBox().viewRange()
     repaint = {name: repainted(panel, first, a, b) for name, (a, b) in moves(x0, x1, "raw points").items()}
-    tiered = sum(type(c.series).__name__ == "StoredSeries" for ch in panel.charts.values() for c in ch.curves.values())
+    tiered = sum(type(c.series).__name__ in ("StoredSeries", "StoredGroup") for ch in panel.charts.values()
+                 for c in ch.curves.values())
     rss = psutil.Process().memory_info().rss
     return {"open_s": opened, "repaint_s": repaint, "rss_mb": rss / 2 ** 20, "rss_before_mb": before / 2 ** 20,
             "curves_from_tiers": tiered, "charts": len(panel.charts)}
 
 
-def trial(path: Path, mode: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", str(path), "--mode", mode], capture_output=True,
-                         text=True, timeout=1800, check=True)
+def trial(path: Path, mode: str, view: str = "step") -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", str(path), "--mode", mode, "--view", view],
+                         capture_output=True, text=True, timeout=1800, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -380,14 +392,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--today-max", type=float, default=10e6, help="largest size the app today is opened at")
     parser.add_argument("--tb-points", type=float, default=1e6, help="points TensorBoard is measured at, in all")
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--views", default="step", help=f"comma-separated, of {', '.join(VIEWS)}")
     parser.add_argument("--never-seen", type=float, help="points per metric of the never-seen case (run alone)")
     parser.add_argument("--old-journal", type=float, help="points per metric of the old-journal case (run alone)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-remote", help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="tiers", choices=("tiers", "today"), help=argparse.SUPPRESS)
+    parser.add_argument("--view", default="step", choices=VIEWS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.mode)))
+        print(json.dumps(child(args.child, args.mode, args.view)))
         return {}
     if args.child_remote:
         print(json.dumps(remote_child(args.child_remote)))
@@ -399,6 +413,9 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     if not sizes or min(sizes) < 1 or args.metrics < 1:
         parser.error("--sizes and --metrics must be positive")
+    views = args.views.split(",")
+    if not views or set(views) - set(VIEWS):
+        parser.error(f"--views lists some of {', '.join(VIEWS)}, not {args.views!r}")
     data: dict = {"metrics": args.metrics, "sizes": {}}
     with tempfile.TemporaryDirectory(prefix="pilothouse-tiers-") as tmp:
         tb = tensorboard_load(int(args.tb_points), args.metrics, Path(tmp))
@@ -406,9 +423,9 @@ def main(argv: list[str] | None = None) -> dict:
         for size in sizes:
             path = Path(tmp) / f"store-{size}.sqlite"
             filled = fill_store(path, size, args.metrics)
-            runs = [trial(path, "tiers") for _ in range(args.trials)]
+            runs = {view: [trial(path, "tiers", view) for _ in range(args.trials)] for view in views}
             today = trial(path, "today") if size <= args.today_max else None
-            data["sizes"][size] = {"fill_s": filled, "disk_gb": path.stat().st_size / 2 ** 30, "tiers": runs,
+            data["sizes"][size] = {"fill_s": filled, "disk_gb": path.stat().st_size / 2 ** 30, "views": runs,
                                    "today": today}
             for file in Path(tmp).glob(f"store-{size}.sqlite*"):
                 file.unlink()
@@ -416,18 +433,19 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for size, got in data["sizes"].items():
         total = size * args.metrics
-        open_s = median([r["open_s"] for r in got["tiers"]])
-        worst = max(max(r["repaint_s"].values()) for r in got["tiers"])
-        rss = max(r["rss_mb"] for r in got["tiers"])
-        bare = max(r["rss_before_mb"] for r in got["tiers"])
-        today = got["today"]
-        tb_s = tb * total if tb else None
-        rows.append([f"{args.metrics} x {size / 1e6:g} M", f"{got['fill_s']:.0f} s", f"{open_s:.2f} s",
-                     f"{worst * 1000:.0f} ms", f"{rss:.0f} MB ({bare:.0f} before)",
-                     f"{today['open_s']:.2f} s, {today['rss_mb']:.0f} MB" if today else "-",
-                     f"{tb_s:.0f} s ({tb_s / open_s:.0f}x)" if tb_s else "-"])
+        for view, runs in got["views"].items():
+            open_s = median([r["open_s"] for r in runs])
+            worst = max(max(r["repaint_s"].values()) for r in runs)
+            rss = max(r["rss_mb"] for r in runs)
+            bare = max(r["rss_before_mb"] for r in runs)
+            today = got["today"] if view == "step" else None
+            tb_s = tb * total if tb and view == "step" else None
+            rows.append([f"{args.metrics} x {size / 1e6:g} M", view, f"{got['fill_s']:.0f} s", f"{open_s:.2f} s",
+                         f"{worst * 1000:.0f} ms", f"{rss:.0f} MB ({bare:.0f} before)",
+                         f"{today['open_s']:.2f} s, {today['rss_mb']:.0f} MB" if today else "-",
+                         f"{tb_s:.0f} s ({tb_s / open_s:.0f}x)" if tb_s else "-"])
     print()
-    print(table(["run", "fill", "open -> painted", "worst pan/zoom", "RSS", "app today (open, RSS)",
+    print(table(["run", "view", "fill", "open -> painted", "worst pan/zoom", "RSS", "app today (open, RSS)",
                  f"TensorBoard load (scaled from {args.tb_points / 1e6:g} M)"], rows))
     print("targets: open <= 1 s, pan/zoom <= 100 ms, RSS < 300 MB, all flat in the run's length")
     print(f"results: {write_result('bench_tiers', data)}")
@@ -459,9 +477,8 @@ def passed(data: dict) -> bool:
         got = data["never_seen"]
         panel = got["panel"]
         return median([p["open_s"] for p in panel]) <= 2.0 and max(max(p["repaint_s"].values()) for p in panel) <= 0.1
-    return all(median([r["open_s"] for r in got["tiers"]]) <= 1.0
-               and max(max(r["repaint_s"].values()) for r in got["tiers"]) <= 0.1
-               and max(r["rss_mb"] for r in got["tiers"]) < 300 for got in data["sizes"].values())
+    return all(median([r["open_s"] for r in runs]) <= 1.0 and max(max(r["repaint_s"].values()) for r in runs) <= 0.1
+               and max(r["rss_mb"] for r in runs) < 300 for got in data["sizes"].values() for runs in got["views"].values())
 
 
 if __name__ == "__main__":
