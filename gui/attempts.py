@@ -25,6 +25,7 @@ from pilothouse.event_text import resume_label
 
 from .jobs import is_job_node
 from .local_store import LocalStore
+from .tiers import resume_started
 
 RunKey = tuple[str, str]  # (agent URL, run id)
 LIVE = ("running", "paused")  # a member still saying so when another node took over went silent: stale
@@ -66,8 +67,8 @@ def attempts(runs: Sequence[tuple[RunKey, Mapping, Sequence[Mapping]]]) -> list[
     for key, run, events in runs:
         opened = next((e.get("host") for e in events if e.get("event") == "status" and e.get("host")), None)
         starts.append((_number(run.get("created")), key, opened or run.get("host") or "", None))
-        starts.extend((_number(e.get("started", e.get("time"))), key, e.get("host") or "", str(e.get("after") or ""))
-                      for e in events if e.get("event") == "resumed")
+        starts.extend((started, key, e.get("host") or "", str(e.get("after") or ""))
+                      for e in events if (started := resume_started(e)) is not None)
     status = {key: run.get("status") or "" for key, run, _ in runs}
     starts.sort(key=lambda s: (s[0], s[1]))
     out: list[Attempt] = []
@@ -134,14 +135,24 @@ class Points(NamedTuple):
 
 def read_run(store: LocalStore, keys: Sequence[RunKey],
              runs: Mapping[RunKey, Mapping]) -> tuple[Timeline, Iterator[Points]]:
-    """A run's attempts and every point of its members ``keys``, a part of a metric at a time (read them
-    in one ``store.snapshot()``).  Which points are superseded is known only once every attempt's first step
+    """A run's attempts and every point of its members ``keys`` (``read_points``)."""
+    timeline = timeline_of(store, keys, runs)
+    return timeline, read_points(store, keys, timeline)
+
+
+def timeline_of(store: LocalStore, keys: Sequence[RunKey], runs: Mapping[RunKey, Mapping]) -> Timeline:
+    """A run's attempts, from its members' run dicts and events (no point read)."""
+    return Timeline(attempts([(m, runs.get(m, {}), store.events(*m)) for m in keys]))
+
+
+def read_points(store: LocalStore, keys: Sequence[RunKey], timeline: Timeline) -> Iterator[Points]:
+    """Every point of a run's members ``keys``, a part of a metric at a time (read them in one
+    ``store.snapshot()``).  Which points are superseded is known only once every attempt's first step
     is: a run resumed is read twice, the first time for those steps, so memory stays one part's."""
-    timeline = Timeline(attempts([(m, runs.get(m, {}), store.events(*m)) for m in keys]))
     if len(timeline.attempts) > 1:
         for p in _points(store, keys, timeline):
             timeline.saw(p.numbers, p.steps)
-    return timeline, _points(store, keys, timeline)
+    return _points(store, keys, timeline)
 
 
 def _points(store: LocalStore, keys: Sequence[RunKey], timeline: Timeline) -> Iterator[Points]:

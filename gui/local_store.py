@@ -42,7 +42,7 @@ import numpy as np
 import platformdirs
 
 from pilothouse.db import open_db, transaction
-from pilothouse.gui.tiers import Tiers, TierView
+from pilothouse.gui.tiers import Clip, Tiers, TierView
 from pilothouse.rollout_search import Hit, RolloutSearch
 from pilothouse.tier_table import TOP
 from pilothouse.tiers import RECORD
@@ -406,22 +406,29 @@ class LocalStore:
         if part:
             yield join_chunks(part)
 
-    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int) -> TierView:
-        """What a chart draws of steps x0..x1 on ``pixels`` columns, read from the tiers: a few
-        buckets per column whatever the run's length (see ``pilothouse.gui.tiers``)."""
-        return self.tiers.view(agent, run, metric, x0, x1, pixels, lambda ids: self._points(agent, ids))
+    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int,
+             clip: Clip = None) -> TierView:
+        """What a chart draws of steps x0..x1 on ``pixels`` columns (of the steps ``clip`` keeps), read
+        from the tiers: a few buckets per column whatever the run's length (see ``pilothouse.gui.tiers``)."""
+        return self.tiers.view(agent, run, metric, x0, x1, pixels, lambda ids: self._points(agent, ids), clip)
 
-    def time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int) -> TierView:
+    def time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int,
+                  clip: Clip = None) -> TierView:
         """``view`` on a wall-time axis: what a chart draws of times t0..t1, from the same tiers."""
-        return self.tiers.time_view(agent, run, metric, t0, t1, pixels, lambda ids: self._points(agent, ids))
+        return self.tiers.time_view(agent, run, metric, t0, t1, pixels, lambda ids: self._points(agent, ids), clip)
 
-    def nearest(self, agent: str, run: str, metric: str, xq: float) -> tuple[float, float] | None:
+    def summary(self, agent: str, run: str, metric: str, clip: Clip = None) -> np.ndarray:
+        """One tier record of a metric's points (of the steps ``clip`` keeps): count, extents, non-finite."""
+        return self.tiers.summary(agent, run, metric, clip, lambda ids: self._points(agent, ids))
+
+    def nearest(self, agent: str, run: str, metric: str, xq: float, clip: Clip = None) -> tuple[float, float] | None:
         """The stored point of a metric whose step is nearest xq, read around it (a crosshair)."""
-        return self.tiers.nearest(agent, run, metric, xq, lambda ids: self._points(agent, ids))
+        return self.tiers.nearest(agent, run, metric, xq, lambda ids: self._points(agent, ids), clip)
 
-    def nearest_time(self, agent: str, run: str, metric: str, tq: float) -> tuple[float, float] | None:
+    def nearest_time(self, agent: str, run: str, metric: str, tq: float,
+                     clip: Clip = None) -> tuple[float, float] | None:
         """(time, value) of the stored point of a metric nearest time tq (a crosshair on a time axis)."""
-        return self.tiers.nearest_time(agent, run, metric, tq, lambda ids: self._points(agent, ids))
+        return self.tiers.nearest_time(agent, run, metric, tq, lambda ids: self._points(agent, ids), clip)
 
     def _points(self, agent: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, values, times) of these metric entries, in arrival order."""

@@ -14,12 +14,14 @@ a min/max band) the same way.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from pilothouse.gui.groups import band
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.lod import Series
-from pilothouse.gui.tiers import TierView
+from pilothouse.gui.tiers import Clip, TierView
 
 STORED_POINTS = 2_000_000  # a stored metric longer than this is charted from the tiers
 
@@ -29,14 +31,15 @@ class StoredSeries:
 
     generation = 0  # stored points never move (the tiers fold re-logged steps in place)
 
-    def __init__(self, store: LocalStore, agent: str, run: str, metric: str, by_time: bool = False) -> None:
-        self.store, self.key, self.by_time = store, (agent, run, metric), by_time
+    def __init__(self, store: LocalStore, agent: str, run: str, metric: str, by_time: bool = False,
+                 clip: Clip = None) -> None:
+        self.store, self.key, self.by_time, self.clip = store, (agent, run, metric), by_time, clip
         self._summary: np.ndarray | None = None
         self._last: tuple[float, float, TierView] | None = None
 
     def _whole(self) -> np.ndarray:
         if self._summary is None:
-            self._summary = self.store.tiers.summary(*self.key)
+            self._summary = self.store.summary(*self.key, self.clip)
         return self._summary
 
     def __len__(self) -> int:
@@ -58,7 +61,7 @@ class StoredSeries:
         return self._last[2] if self._last else None
 
     def view(self, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
-        view = (self.store.time_view if self.by_time else self.store.view)(*self.key, x0, x1, pixels)
+        view = (self.store.time_view if self.by_time else self.store.view)(*self.key, x0, x1, pixels, self.clip)
         self._last = (x0, x1, view)
         return view.xs, view.ys
 
@@ -70,7 +73,7 @@ class StoredSeries:
         return marks[(marks >= min(x0, x1)) & (marks <= max(x0, x1))]
 
     def nearest(self, xq: float) -> tuple[float, float] | None:
-        return (self.store.nearest_time if self.by_time else self.store.nearest)(*self.key, xq)
+        return (self.store.nearest_time if self.by_time else self.store.nearest)(*self.key, xq, self.clip)
 
     def x_range(self) -> tuple[float, float] | None:
         whole = self._whole()
@@ -88,34 +91,90 @@ class StoredSeries:
         return not len(whole) or int(whole["bad"][0]) == 0
 
 
-class StoredGroup:
+class _Stored:
+    """What a curve made of several stored series (``parts``) answers as their sum or hull."""
+
+    generation = 0
+
+    def __init__(self, parts: list[StoredSeries]) -> None:
+        self.parts = parts
+        self.drawn: TierView | None = None
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def append(self, xs: np.ndarray, ys: np.ndarray) -> None:
+        """New live points are already in the store: the parts forget their cached extents."""
+        for p in self.parts:
+            p.append(xs, ys)
+
+    def x_range(self) -> tuple[float, float] | None:
+        return _hull(p.x_range() for p in self.parts)
+
+    def y_range(self) -> tuple[float, float] | None:
+        return _hull(p.y_range() for p in self.parts)
+
+    @property
+    def all_finite(self) -> bool:
+        return all(p.all_finite for p in self.parts)
+
+
+class StoredPieces(_Stored):
+    """One curve of a run across attempts, read per frame from the tiers: each piece an attempt's
+    tiers over the steps it keeps (``StoredSeries`` with a clip: those before a later attempt's
+    first step for the run's curve, those from there on for its superseded points), in step order;
+    a frame draws each piece on its share of the columns, joined into one line."""
+
+    def view(self, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
+        x0, x1 = min(x0, x1), max(x0, x1)
+        drawn = []
+        for piece in self.parts:
+            extent = piece.x_range()
+            if extent is None or extent[1] < x0 or extent[0] > x1:
+                continue
+            a, b = max(x0, extent[0]), min(x1, extent[1])
+            piece.view(a, b, max(round(pixels * (b - a) / (x1 - x0)) if x1 > x0 else pixels, 1))
+            drawn.append(piece.drawn)
+        empty = np.empty(0)
+        if not drawn:
+            self.drawn = None
+            return empty, empty
+        self.drawn = TierView(*(np.concatenate([getattr(v, f) for v in drawn]) for f in ("xs", "ys", "marks")),
+                              min(v.level for v in drawn), empty, empty, empty, empty,
+                              *(np.concatenate([getattr(v, f) for v in drawn]) for f in ("centers", "means", "weights")))
+        return self.drawn.xs, self.drawn.ys
+
+    def nonfinite(self, x0: float, x1: float) -> np.ndarray:
+        marks = self.drawn.marks if self.drawn is not None else np.empty(0)
+        return marks[(marks >= min(x0, x1)) & (marks <= max(x0, x1))]
+
+    def nearest(self, xq: float) -> tuple[float, float] | None:
+        found = [p for piece in self.parts if (p := piece.nearest(xq)) is not None]
+        return min(found, key=lambda p: abs(p[0] - xq)) if found else None
+
+
+class StoredGroup(_Stored):
     """A group of stored runs' metric read per frame from their tiers, as a chart asks of a group's mean
     curve: per pixel column (every run's view of a range has the same columns), the mean of the runs'
     column means and the lowest min and highest max among them, which is the band ``groups.band``
     gives per step as the chart draws it per column; zoomed in to the raw points, ``band`` itself."""
 
-    generation = 0
-
     def __init__(self, members: list[StoredSeries]) -> None:
-        self.members = members
-        self.drawn: TierView | None = None
+        super().__init__(members)
         empty = np.empty(0)
         self._band = (empty, empty, empty, empty, empty.astype(np.int64))  # xs, mean, lo, hi, count
 
-    def __len__(self) -> int:
-        return sum(len(m) for m in self.members)
-
     @property
     def nbytes(self) -> int:
-        return sum(m.nbytes for m in self.members) + sum(a.nbytes for a in self._band)
-
-    def append(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        for m in self.members:
-            m.append(xs, ys)
+        return super().nbytes + sum(a.nbytes for a in self._band)
 
     def view(self, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
         views = []
-        for m in self.members:
+        for m in self.parts:
             m.view(x0, x1, pixels)
             views.append(m.drawn)
         if all(v.level >= 0 for v in views):
@@ -146,17 +205,11 @@ class StoredGroup:
         i = int(np.argmin(np.abs(xs - xq)))
         return float(xs[i]), float(mean[i])
 
-    def x_range(self) -> tuple[float, float] | None:
-        ranges = [r for m in self.members if (r := m.x_range())]
-        return (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else None
 
-    def y_range(self) -> tuple[float, float] | None:
-        ranges = [r for m in self.members if (r := m.y_range())]
-        return (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else None
-
-    @property
-    def all_finite(self) -> bool:
-        return all(m.all_finite for m in self.members)
+def _hull(ranges: Iterable[tuple[float, float] | None]) -> tuple[float, float] | None:
+    """The smallest range holding these (None: no range)."""
+    got = [r for r in ranges if r is not None]
+    return (min(r[0] for r in got), max(r[1] for r in got)) if got else None
 
 
 def _columns(views: list[TierView]) -> tuple[np.ndarray, ...]:

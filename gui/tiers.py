@@ -8,6 +8,11 @@ level it reads the raw points of the entries touching the range and draws them t
 in-memory ``Series``, exactly as the charts draw a live run.  ``draw`` turns buckets into what a
 chart draws, for the store's own tiers and for those an agent answers for a run not stored yet.
 
+A run resumed on the same node (a ``resumed`` event: attempt 2, 3, ...) logs again steps its earlier
+attempt logged; the chart draws the earlier attempt's points there faint (``pilothouse.gui.attempts``),
+so each attempt keeps tiers of its own: its points are folded under the metric's name with the
+attempt's number appended (``attempt_key``), the first attempt's under the name itself.
+
 A wall-time axis reads the same buckets: each keeps the wall times of its first and last points,
 so ``time_view`` finds the steps of a time range by going down the levels (a few buckets each)
 and folds the buckets per column of time; a min or max is drawn at a time interpolated between
@@ -28,13 +33,15 @@ import sqlite_utils
 
 from pilothouse.gui.lod import Series, ema
 from pilothouse.tier_table import BLOCK, NO_IDS, TOP, TierTable, join_records
-from pilothouse.tiers import FANOUT, WIDTHS, columns, level_for, points, reduce
-from pilothouse.wire.entries import KIND_METRIC, join_chunks
+from pilothouse.tiers import FANOUT, WIDTHS, columns, level_for, points, reduce, whole
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, join_chunks, unpack_blob
 
 MIGRATE_ROWS = 2000  # entries folded at a time when a store from before the tiers is opened
 KEYS = ("agent", "run", "metric")
 ALL_STEPS = (-2.0 ** 63, 2.0 ** 63)
+ATTEMPT = "\x1f"  # joins a metric's name and a later attempt's number: no metric name holds it
 Raw = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]  # entry ids -> (steps, vals, times)
+Clip = tuple[float, float] | None  # the steps [lo, hi) a curve keeps of a metric (an attempt's); None: all
 
 
 @dataclass
@@ -66,6 +73,7 @@ class Tiers:
     def __init__(self, db: sqlite_utils.Database) -> None:
         self.db = db
         self.table = TierTable(db.conn, KEYS, ids=True)
+        self._resumes: dict[tuple[str, str], np.ndarray] = {}  # (agent, run) -> when each resume began
 
     def create(self) -> bool:
         """Create the table; True when it holds nothing yet (``add_all`` then builds it)."""
@@ -81,11 +89,26 @@ class Tiers:
             for e in entries:
                 if e[2] == KIND_METRIC and e[5]:
                     groups.setdefault((agent, e[1], e[3]), []).append(e)
+                elif e[2] == KIND_EVENT and resume_started(unpack_blob(e[9])) is not None:
+                    self._resumes.pop((agent, e[1]), None)
         items = []
-        for key, chunk in groups.items():
+        for (agent, run, metric), chunk in groups.items():
             steps, vals, times = join_chunks([(e[6], e[7], e[8]) for e in chunk])
-            items.append((key, steps, vals, times, np.repeat(np.array([e[0] for e in chunk], np.int64), [e[5] for e in chunk])))
+            ids = np.repeat(np.array([e[0] for e in chunk], np.int64), [e[5] for e in chunk])
+            attempt = np.searchsorted(self.resumes(agent, run), times, "right")  # 0: before any resume
+            for n in np.unique(attempt).tolist():
+                at = attempt == n
+                items.append(((agent, run, attempt_key(metric, n + 1)), steps[at], vals[at], times[at], ids[at]))
         self.table.fold_many(items)
+
+    def resumes(self, agent: str, run: str) -> np.ndarray:
+        """When each resume of a run on this agent began, in order (its points from then on are the
+        next attempt's)."""
+        if (agent, run) not in self._resumes:
+            bodies = (unpack_blob(b) for (b,) in self.db.execute(
+                "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? AND metric IS NULL", [agent, run, KIND_EVENT]))
+            self._resumes[(agent, run)] = np.sort([t for b in bodies if (t := resume_started(b)) is not None])
+        return self._resumes[(agent, run)]
 
     def add_all(self) -> None:
         """Build the tiers of every metric entry already stored (a store from before them)."""
@@ -99,22 +122,35 @@ class Tiers:
         """The filled buckets of ``level`` overlapping steps x0..x1, in step order."""
         return self.table.buckets((agent, run, metric), level, x0, x1)
 
-    def summary(self, agent: str, run: str, metric: str) -> np.ndarray:
-        """One record of the whole metric (count, x and y extent, non-finite count); empty if none."""
-        return self.table.summary((agent, run, metric))
+    def summary(self, agent: str, run: str, metric: str, clip: Clip = None, raw: Raw | None = None) -> np.ndarray:
+        """One record of the whole metric, or of the steps ``clip`` keeps (count, x and y extent,
+        non-finite count); empty if none."""
+        if clip is None:
+            return self.table.summary((agent, run, metric))
+        key = (agent, run, metric)
+        return whole(self._split(key, self.table.buckets(key, TOP, *ALL_STEPS), TOP, _straddling(clip), raw, clip))
 
-    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int, raw: Raw) -> TierView:
-        """The points to draw steps x0..x1 on ``pixels`` columns (see ``TierView``); ``raw`` gives
-        (steps, vals) of entry ids, in arrival order, for the finest zoom."""
+    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int, raw: Raw,
+             clip: Clip = None) -> TierView:
+        """The points to draw steps x0..x1 on ``pixels`` columns (see ``TierView``), of the steps
+        ``clip`` keeps; ``raw`` gives (steps, vals, times) of entry ids, in arrival order, for the
+        finest zoom and a bucket holding steps either side of a clip's edge."""
         x0, x1, pixels = view_range(x0, x1, pixels)
         level = level_for(x0, x1, pixels)
         if level < 0:
-            steps, vals, _ = self._raw_points(agent, run, metric, x0, x1, raw)
+            steps, vals, _ = self._raw_points(agent, run, metric, x0, x1, raw, clip)
             return _raw_view(steps, vals, x0, x1, pixels)
-        return draw(self.buckets(agent, run, metric, level, x0, x1), level, x0, x1, pixels)
+        rec = self.buckets(agent, run, metric, level, x0, x1)
+        if clip is not None:
+            rec = self._split((agent, run, metric), rec, level, _straddling(clip), raw, clip)
+            rec["bucket"] = rec["xfirst"] // WIDTHS[level]  # finer records and points: in their bucket of level
+        return draw(rec, level, x0, x1, pixels)
 
-    def time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int, raw: Raw) -> TierView:
-        """``view`` on a wall-time axis: the points to draw times t0..t1 on ``pixels`` columns."""
+    def time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int, raw: Raw,
+                  clip: Clip = None) -> TierView:
+        """``view`` on a wall-time axis: the points to draw times t0..t1 on ``pixels`` columns.  A
+        bucket lasting more than half a column (a pause, a slow stretch: its min or max could not be
+        placed by interpolation) is drawn from the finer buckets in it, down to its points."""
         t0, t1, pixels = view_range(t0, t1, pixels)
         key = (agent, run, metric)
         found = self._narrow(key, t0, t1, pixels)
@@ -122,20 +158,28 @@ class Tiers:
             return _raw_view(NO_IDS, np.empty(0), t0, t1, pixels)
         level, rec = found
         if level >= 0:
-            rec = self._split_wide(key, rec, level, (t1 - t0) / pixels / 2, raw)
+            most = (t1 - t0) / pixels / 2
+            straddling = _straddling(clip) if clip is not None else None
+
+            def pick(r: np.ndarray) -> np.ndarray:
+                wide = r["tlast"] - r["tfirst"] > most
+                return wide if straddling is None else wide | straddling(r)
+
+            rec = self._split(key, rec, level, pick, raw, clip)
             return draw_by_time(rec[(rec["tlast"] >= t0) & (rec["tfirst"] <= t1)], level, t0, t1, pixels)
-        steps, vals, times = self._raw_points(agent, run, metric, float(rec["xfirst"][0]), float(rec["xlast"][-1]), raw)
+        steps, vals, times = self._raw_points(agent, run, metric, float(rec["xfirst"][0]), float(rec["xlast"][-1]),
+                                              raw, clip)
         return _raw_view(times, vals, t0, t1, pixels)
 
-    def _split_wide(self, key: tuple, rec: np.ndarray, level: int, most: float, raw: Raw) -> np.ndarray:
-        """These buckets of ``level`` with every one lasting more than ``most`` seconds (a pause, a
-        slow stretch: its min or max could not be placed by interpolation) replaced by the buckets of
-        the levels below it, down to its raw points, so every record drawn lasts at most ``most``
-        (or is one point).  One read per level, over the steps of the wide ones."""
-        while True:
-            wide = rec["tlast"] - rec["tfirst"] > most
+    def _split(self, key: tuple, rec: np.ndarray, level: int, pick: Callable[[np.ndarray], np.ndarray],
+               raw: Raw, clip: Clip = None) -> np.ndarray:
+        """These buckets of ``level`` with every one ``pick`` picks replaced by the buckets of the
+        levels below it, down to its raw points, until none is picked (one read per level, over
+        the steps of the picked ones); then only those of the steps ``clip`` keeps."""
+        while level >= 0:
+            wide = pick(rec)
             if not wide.any():
-                return rec
+                break
             lo, hi = float(rec["xfirst"][wide].min()), float(rec["xlast"][wide].max())
             if level:
                 finer = self.table.buckets(key, level - 1, lo, hi)
@@ -146,9 +190,8 @@ class Tiers:
                 finer = finer[np.isin(steps // WIDTHS[0], rec["bucket"][wide])]
             rec = join_records([rec[~wide], finer])
             rec = rec[np.argsort(rec["xfirst"], kind="stable")]
-            if not level:
-                return rec
             level -= 1
+        return rec if clip is None else rec[(rec["xfirst"] >= clip[0]) & (rec["xlast"] < clip[1])]
 
     def _narrow(self, key: tuple, t0: float, t1: float, pixels: int, point: bool = False
                 ) -> tuple[int, np.ndarray] | None:
@@ -174,13 +217,19 @@ class Tiers:
                 return want, (self.table.buckets(key, want, x0, x1) if want > level else rec)
         return -1, rec
 
-    def nearest(self, agent: str, run: str, metric: str, xq: float, raw: Raw) -> tuple[float, float] | None:
-        """The stored point whose step is nearest xq (a crosshair readout): among the raw points
-        of the blocks around xq, else among the first and last points of ever wider buckets."""
-        steps, vals, _ = self._raw_points(agent, run, metric, xq, xq, raw)
+    def nearest(self, agent: str, run: str, metric: str, xq: float, raw: Raw,
+                clip: Clip = None) -> tuple[float, float] | None:
+        """The stored point (of the steps ``clip`` keeps) whose step is nearest xq (a crosshair
+        readout): among the raw points of the blocks around xq, else among the first and last
+        points of ever wider buckets."""
+        if clip is not None:
+            xq = min(max(xq, clip[0]), clip[1] - 1)
+        steps, vals, _ = self._raw_points(agent, run, metric, xq, xq, raw, clip)
         if not len(steps):
             for level, width in enumerate(WIDTHS):
                 rec = self.buckets(agent, run, metric, level, xq - width * BLOCK, xq + width * BLOCK)
+                if clip is not None:
+                    rec = rec[(rec["xfirst"] >= clip[0]) & (rec["xlast"] < clip[1])]
                 if len(rec):
                     steps, vals = np.concatenate([rec["xfirst"], rec["xlast"]]), np.concatenate([rec["first"],
                                                                                                   rec["last"]])
@@ -190,20 +239,25 @@ class Tiers:
         i = int(np.argmin(np.abs(steps.astype(np.float64) - xq)))
         return float(steps[i]), float(vals[i])
 
-    def nearest_time(self, agent: str, run: str, metric: str, tq: float, raw: Raw) -> tuple[float, float] | None:
-        """``nearest`` on a wall-time axis: (time, value) of the stored point nearest time tq."""
+    def nearest_time(self, agent: str, run: str, metric: str, tq: float, raw: Raw,
+                     clip: Clip = None) -> tuple[float, float] | None:
+        """``nearest`` on a wall-time axis: (time, value) of the stored point nearest time tq, among
+        those of its bucket of level 0 that ``clip`` keeps (None if none)."""
         found = self._narrow((agent, run, metric), tq, tq, 1, point=True)
         if found is None:
             return None
         rec = found[1]
-        _, vals, times = self._raw_points(agent, run, metric, float(rec["xfirst"][0]), float(rec["xlast"][0]), raw)
+        _, vals, times = self._raw_points(agent, run, metric, float(rec["xfirst"][0]), float(rec["xlast"][0]), raw,
+                                          clip)
+        if not len(times):
+            return None
         i = int(np.argmin(np.abs(times - tq)))
         return float(times[i]), float(vals[i])
 
-    def _raw_points(self, agent: str, run: str, metric: str, x0: float, x1: float,
-                    raw: Raw) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(steps, vals, times) of x0..x1 and a level-0 block either side, sorted by step (equal steps
-        in arrival order), from the entries the level-0 blocks list."""
+    def _raw_points(self, agent: str, run: str, metric: str, x0: float, x1: float, raw: Raw,
+                    clip: Clip = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(steps, vals, times) of x0..x1 and a level-0 block either side (of the steps ``clip``
+        keeps), sorted by step (equal steps in arrival order), from the entries the level-0 blocks list."""
         span = WIDTHS[0] * BLOCK
         rows = self.table.rows((agent, run, metric), 0, int(np.floor(x0 / span)) - 1, int(np.floor(x1 / span)) + 1)
         ids = np.unique(np.concatenate([i for _, _, i in rows])) if rows else NO_IDS
@@ -211,6 +265,8 @@ class Tiers:
             return NO_IDS, np.empty(0), np.empty(0)
         steps, vals, times = raw(ids)
         near = (steps >= x0 - span) & (steps <= x1 + span)
+        if clip is not None:
+            near &= (steps >= clip[0]) & (steps < clip[1])
         order = np.argsort(steps[near], kind="stable")
         return steps[near][order], vals[near][order], times[near][order]
 
@@ -223,6 +279,28 @@ def _raw_view(xs: np.ndarray, vals: np.ndarray, x0: float, x1: float, pixels: in
     empty = np.empty(0)
     return TierView(*series.view(x0, x1, pixels), series.nonfinite(x0, x1), -1, empty, empty, empty, empty,
                     series.x[finite], series.y[finite], np.ones(int(finite.sum())))
+
+
+def _straddling(clip: tuple[float, float]) -> Callable[[np.ndarray], np.ndarray]:
+    """Which records hold steps on both sides of an edge of ``clip`` (to be split down to points)."""
+    lo, hi = clip
+
+    def straddles(rec: np.ndarray) -> np.ndarray:
+        return ((rec["xfirst"] < lo) & (rec["xlast"] >= lo)) | ((rec["xfirst"] < hi) & (rec["xlast"] >= hi))
+    return straddles
+
+
+def attempt_key(metric: str, attempt: int) -> str:
+    """The name a metric's tiers are kept under for the ``attempt``-th attempt of its run on one agent."""
+    return metric if attempt <= 1 else f"{metric}{ATTEMPT}{attempt}"
+
+
+def resume_started(event: object) -> float | None:
+    """When the process of a ``resumed`` event began (on its node's clock); None for another event."""
+    if not isinstance(event, dict) or event.get("event") != "resumed":
+        return None
+    started = event.get("started", event.get("time"))
+    return float(started) if isinstance(started, (int, float)) and not isinstance(started, bool) else 0.0
 
 
 def view_range(x0: float, x1: float, pixels: int) -> tuple[float, float, int]:

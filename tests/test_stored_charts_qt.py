@@ -15,11 +15,11 @@ pytest.importorskip("pytestqt")
 
 from test_charts_panel_qt import chunk
 
-from pilothouse.gui._qt.charts import ChartsPanel
+from pilothouse.gui._qt.charts import OLD, ChartsPanel
 from pilothouse.gui.groups import band
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.lod import Ema, Series, ema
-from pilothouse.gui.stored_series import StoredGroup, StoredSeries
+from pilothouse.gui.stored_series import StoredGroup, StoredPieces, StoredSeries
 from pilothouse.gui.tiers import TierEma
 from pilothouse.wire.entries import Entry
 
@@ -166,7 +166,7 @@ def test_groups_of_long_runs_are_drawn_from_their_tiers_with_exact_bands(qtbot, 
     lo, hi, count = group.edges()
     members = np.stack([values["r0"], values["r1"]])
     for x, low, high, n in zip(lo.x, lo.y, hi.y, count):  # each column: the runs' extremes over its steps
-        view = chart.curves["group:lr=1"].series.members[0].drawn
+        view = chart.curves["group:lr=1"].series.parts[0].drawn
         column = np.searchsorted(view.starts, x, "right") - 1
         inside = slice(int(view.starts[column]), int(view.stops[column]))
         assert (low, high, n) == (members[:, inside].min(), members[:, inside].max(), 2)
@@ -193,3 +193,75 @@ def test_groups_of_long_runs_are_drawn_from_their_tiers_with_exact_bands(qtbot, 
     chart.flush()
     lo, hi, count = group.edges()
     assert lo.x.max() > 100_000 and hi.y.max() == 99.0 and count[-1] == 1
+
+
+def test_a_long_run_resumed_on_the_same_node_is_drawn_from_each_attempts_tiers(qtbot, tmp_path):
+    """Attempt 1 logs steps 0..119,999 and crashes; attempt 2 resumes from step 80,000 on the same node.
+    Each attempt's points get tiers of their own, so the run's curve reads attempt 1 before step 80,000
+    and attempt 2 from there, its superseded points faint, exact at the edge, the resume marked; no
+    point is held in memory and no point is read to find where attempt 2 begins."""
+    from pilothouse.wire.messages import pack
+
+    first, resumed_at, last = 120_000, 80_000, 200_000
+    steps1, steps2 = np.arange(first), np.arange(resumed_at, last)
+    times1, times2 = 1.7e9 + steps1 * 0.01, 1.7e9 + 5000 + (steps2 - resumed_at) * 0.01
+    vals1, vals2 = 100.0 + np.sin(steps1 / 3000.0), -100.0 + np.sin(steps2 / 3000.0)
+    store = LocalStore(tmp_path / "s.sqlite")
+    store.put_runs(A, [{"id": "r1", "project": "p", "name": "base", "status": "running", "created": 1.7e9}])
+    resumed = Entry(3, "r1", "e", None, 0, 0, None, None, None,
+                    pack({"event": "resumed", "attempt": 2, "host": "h", "after": "crashed", "started": 1.7e9 + 4000,
+                          "time": 1.7e9 + 4000}))
+    store.write_page(A, [Entry(i + 1, "r1", "m", "loss", 0, 60_000, steps1[lo: lo + 60_000].tobytes(),
+                               vals1[lo: lo + 60_000].tobytes(), times1[lo: lo + 60_000].tobytes(), None)
+                         for i, lo in enumerate(range(0, first, 60_000))] + [resumed]
+                     + [Entry(4, "r1", "m", "loss", 0, len(steps2), steps2.tobytes(), vals2.tobytes(),
+                              times2.tobytes(), None)], 4)
+    assert store.summary(A, "r1", "loss")["count"].tolist() == [first]  # attempt 2 in tiers of its own
+    assert store.summary(A, "r1", "loss\x1f2")["count"].tolist() == [len(steps2)]
+    store.db.execute("DROP TABLE tiers")  # built again from the entries: the resume is read from its event
+    store.close()
+    store = LocalStore(tmp_path / "s.sqlite")
+    assert store.summary(A, "r1", "loss\x1f2")["count"].tolist() == [len(steps2)]
+    assert store.points(A, "r1") == first + len(steps2)
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(1200, 800)
+    panel.show()
+    panel.stored_points = 50_000
+    panel.show_runs([KEY], store)
+    chart = panel.charts["loss"]
+    curve, old = chart.curves["r1"], chart.curves["r1" + OLD]
+    assert isinstance(curve.series, StoredPieces) and isinstance(old.series, StoredPieces) and old.faint
+    chart.flush()
+    xs, ys = curve.raw.getData()
+    assert xs.min() == 0 and xs.max() == last - 1 and len(xs) <= 5 * chart.width() * chart.devicePixelRatioF()
+    assert (ys[xs < resumed_at] > 0).all() and (ys[xs >= resumed_at] < 0).all()  # each step from its attempt
+    xs, ys = old.raw.getData()
+    assert xs.min() == resumed_at and xs.max() == first - 1 and (ys > 0).all()  # attempt 1's superseded points
+    assert [m.x for m in chart._alert_marks if m.resume] == [resumed_at]
+    chart.setXRange(resumed_at - 50, resumed_at + 50, padding=0)  # the raw points at the edge
+    chart.flush()
+    xs, ys = curve.raw.getData()
+    inside = (xs >= resumed_at - 50) & (xs <= resumed_at + 50)
+    want = np.where(xs < resumed_at, 100.0, -100.0) + np.sin(xs / 3000.0)
+    assert inside.sum() == 101 and np.array_equal(ys[inside], want[inside])
+    for x0, x1 in ((resumed_at - 3000, resumed_at + 3000), (resumed_at - 90_000, resumed_at + 90_000)):
+        chart.setXRange(x0, x1, padding=0)  # columns of points, then of buckets: each from its attempt's points
+        chart.flush()
+        xs, ys = curve.raw.getData()
+        before = xs < resumed_at
+        assert np.isin(ys[before], vals1[:resumed_at]).all() and np.isin(ys[~before], vals2).all()
+        assert before.any() and (~before).any()
+    assert curve.series.nearest(resumed_at + 0.2) == (resumed_at, vals2[0])
+    assert old.series.nearest(resumed_at + 0.2) == (resumed_at, vals1[resumed_at])
+    panel.x_axis.setCurrentText("wall time")  # the same pieces at their times: attempt 2 an hour later
+    chart = panel.charts["loss"]
+    curve, old = chart.curves["r1"], chart.curves["r1" + OLD]
+    chart.set_follow(True)
+    chart.flush()
+    xs, ys = curve.raw.getData()
+    assert xs.min() == times1[0] and xs.max() == times2[-1]
+    assert (ys[xs <= times1[resumed_at - 1]] > 0).all() and (ys[xs >= times2[0]] < 0).all()
+    assert not ((xs > times1[resumed_at - 1]) & (xs < times2[0])).any()  # nothing of attempt 1 past step 80,000
+    xs, ys = old.raw.getData()
+    assert xs.min() == times1[resumed_at] and xs.max() == times1[-1] and (ys > 0).all()

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, Entry, entry_body, entry_points
 
 from ..alerts import Marker
-from ..attempts import Timeline, attempts, member_lists, read_run
+from ..attempts import Timeline, attempts, member_lists, read_points, timeline_of
 from ..chart_layout import arrange, constant_value, folded_text, varies
 from ..groups import band, group_runs
 from ..local_store import LocalStore
@@ -38,7 +38,8 @@ from ..lod import Series
 from ..models import RunKey, config_diff, run_labels
 from ..palette import RunColors, color, dashed
 from ..remote_tiers import RemoteSeries, RemoteTiers
-from ..stored_series import STORED_POINTS, StoredGroup, StoredSeries
+from ..stored_series import STORED_POINTS, StoredGroup, StoredPieces, StoredSeries
+from ..tiers import ALL_STEPS, attempt_key
 from .chart import AlertMark, ChartWidget
 from .legend import RunLegend
 
@@ -178,8 +179,9 @@ class ChartsPanel(QWidget):
 
     def _load(self, key: RunKey, keys: list[RunKey], runs: dict[RunKey, dict], store: LocalStore) -> None:
         """A run's points from every member, each attempt's superseded ones apart; a run of one node and
-        one attempt draws its long metrics from the store's tiers instead."""
-        timeline, points = read_run(store, keys, runs)
+        one attempt draws its long metrics from the store's tiers instead, a resumed run with a long
+        metric each attempt's tiers over the steps it keeps."""
+        timeline = timeline_of(store, keys, runs)
         self.timelines[key] = timeline
         if keys == [key] and len(timeline.attempts) == 1 and self._lacks(store, key, runs.get(key, {})):
             for metric in sorted(runs[key].get("summary") or {}):
@@ -198,7 +200,14 @@ class ChartsPanel(QWidget):
                 else:
                     self._append(key, metric, *store.series(*key, metric))
             return
-        for p in points:
+        pieces = None if self.groups else self._attempt_pieces(store, keys, timeline)
+        if pieces is not None:
+            for metric, (kept, superseded) in pieces.items():
+                self._append(key, metric, *_NO_POINTS, stored=kept)
+                if superseded.parts:
+                    self._append(key, metric, *_NO_POINTS, faint=True, stored=superseded)
+            return
+        for p in read_points(store, keys, timeline):
             self._append_split(key, p.metric, p.steps, p.vals, p.times, timeline.superseded(p.numbers, p.steps))
 
     def _append_split(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
@@ -241,6 +250,38 @@ class ChartsPanel(QWidget):
             return None
         stored = StoredSeries(store, *key, metric, by_time=self.x_axis.currentText() == "wall time")
         return stored if len(stored) > self.stored_points else None
+
+    def _attempt_pieces(self, store: LocalStore, keys: list[RunKey],
+                        timeline: Timeline) -> dict[str, tuple[StoredPieces, StoredPieces]] | None:
+        """A resumed run's curves read from its attempts' tiers, when a metric of it is longer than
+        ``stored_points`` (else None: its points are held): per metric, the run's curve (each attempt
+        before the first step of a later one) and its superseded points (each attempt from there on).
+        The attempts' first steps come from their tiers' extents, not from reading every point."""
+        by_time = self.x_axis.currentText() == "wall time"
+        numbered = {}  # global attempt number -> (member, its tiers' number among the member's attempts)
+        for member in keys:
+            mine = [a.number for a in timeline.attempts if a.member == member]
+            numbered.update({n: (member, i) for i, n in enumerate(mine, 1)})
+        metrics = sorted({m for member in keys for m in store.metrics(*member)})
+        lengths = {(n, metric): store.summary(*member, attempt_key(metric, i))
+                   for n, (member, i) in numbered.items() for metric in metrics}
+        lengths = {k: rec for k, rec in lengths.items() if len(rec)}
+        if not any(int(rec["count"][0]) > self.stored_points for rec in lengths.values()):
+            return None
+        for (n, _), rec in sorted(lengths.items()):  # each attempt's first step, as a read of its points finds it
+            timeline.saw(np.array([n]), rec["xfirst"])
+        cut = {n: min((step for k, step in timeline.first_steps.items() if k > n), default=None) for n in numbered}
+
+        def piece(metric: str, n: int, clip: tuple[float, float]) -> StoredSeries:
+            member, i = numbered[n]
+            return StoredSeries(store, *member, attempt_key(metric, i), by_time, clip)
+
+        out = {}
+        for metric in metrics:
+            ns = sorted(n for n in numbered if (n, metric) in lengths)
+            out[metric] = (StoredPieces([piece(metric, n, (LOWEST, HIGHEST if cut[n] is None else cut[n])) for n in ns]),
+                           StoredPieces([piece(metric, n, (cut[n], HIGHEST)) for n in ns if cut[n] is not None]))
+        return out
 
     def _tier_groups(self, store: LocalStore, runs: dict[RunKey, dict],
                      group_of: dict[RunKey, list[RunKey]]) -> dict[tuple[str, str], StoredGroup]:
@@ -529,6 +570,7 @@ class ChartsPanel(QWidget):
 
 
 _NO_POINTS = (np.empty(0, np.int64), np.empty(0), np.empty(0))
+LOWEST, HIGHEST = ALL_STEPS
 
 
 def _curve(key: RunKey | str) -> str:
