@@ -170,6 +170,7 @@ def ingest_cost(folder: Path, batches: int = 100) -> dict:
         turn.append(t1 - t0)
         index.append(time.perf_counter() - t1)
     store.db.close()
+    shutil.rmtree(folder, ignore_errors=True)
     return {"turn_ms": median(turn) * 1e3, "index_ms": median(index) * 1e3}
 
 

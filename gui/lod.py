@@ -368,6 +368,14 @@ class Series:
         return self._bad.n == 0
 
 
+def view_of(xs: np.ndarray, ys: np.ndarray, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``Series.view`` of these points (x sorted) for one frame: the points themselves when they fit
+    two to a column (a view drawn from tiers, a column each), so no pyramid is built for nothing."""
+    if len(xs) <= 2 * pixels:
+        return xs, np.where(np.isinf(ys), np.nan, ys)
+    return Series.of(xs, ys).view(x0, x1, pixels)
+
+
 def ema(values: np.ndarray, alpha: float, last: float = 0.0, count: float = 0,
         weights: np.ndarray | None = None) -> tuple[np.ndarray, float, float]:
     """TensorBoard's debiased EMA: ``alpha`` is its smoothing slider (weight of the past, 0 = raw).

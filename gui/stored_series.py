@@ -20,7 +20,7 @@ import numpy as np
 
 from pilothouse.gui.groups import band
 from pilothouse.gui.local_store import LocalStore
-from pilothouse.gui.lod import Series
+from pilothouse.gui.lod import Series, view_of
 from pilothouse.gui.tiers import Clip, TierView
 
 STORED_POINTS = 2_000_000  # a stored metric longer than this is charted from the tiers
@@ -187,7 +187,7 @@ class StoredGroup(_Stored):
         empty = np.empty(0)
         self.drawn = TierView(xs, mean, empty, views[0].level if views else -1, empty, empty, lo, hi, xs[finite],
                               mean[finite], weights[finite])
-        return Series.of(xs, mean).view(x0, x1, pixels)
+        return view_of(xs, mean, x0, x1, pixels)
 
     def edges(self) -> tuple[Series, Series, np.ndarray]:
         """The last frame's band: its low and high edges and how many runs count per x."""

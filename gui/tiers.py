@@ -31,7 +31,7 @@ from typing import Protocol
 import numpy as np
 import sqlite_utils
 
-from pilothouse.gui.lod import Series, ema
+from pilothouse.gui.lod import Series, ema, view_of
 from pilothouse.tier_table import BLOCK, NO_IDS, TOP, TierTable, join_records
 from pilothouse.tiers import FANOUT, WIDTHS, columns, level_for, points, reduce, whole
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, join_chunks, unpack_blob
@@ -359,7 +359,7 @@ def smoothed(view: TierView, alpha: float, x0: float, x1: float, pixels: int) ->
     their column's mean), from the view's first column on, as a chart smooths what it was sent."""
     if not len(view.means):
         return np.empty(0), np.empty(0)
-    return Series.of(view.centers, ema(view.means, alpha, weights=view.weights)[0]).view(x0, x1, pixels)
+    return view_of(view.centers, ema(view.means, alpha, weights=view.weights)[0], x0, x1, pixels)
 
 
 class Drawn(Protocol):
