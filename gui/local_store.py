@@ -49,6 +49,7 @@ from pilothouse.tiers import RECORD
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks, unpack_blob
 from pilothouse.wire.messages import pack
+from pilothouse.wire.packed_chunks import row_points
 
 ENV_APP_DATA = "PILOTHOUSE_APP_DATA"  # a folder; the store is store.sqlite inside it
 STORE_FILE = "store.sqlite"
@@ -381,14 +382,14 @@ class LocalStore:
         """(steps, values, wall_times) of one metric, every point, in arrival order."""
         rows = self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND run=? AND kind=? "
                                "AND metric=? ORDER BY id", [agent, run, KIND_METRIC, metric]).fetchall()
-        return join_chunks(rows)
+        return _joined(rows)
 
     def series_tail(self, agent: str, run: str, metric: str, entries: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``series`` of the last ``entries`` entries only (oldest first): the latest readings, read in a
         time that does not grow with the run (the GPU grid's history of every GPU of a job)."""
         rows = self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND run=? AND kind=? "
                                "AND metric=? ORDER BY id DESC LIMIT ?", [agent, run, KIND_METRIC, metric, entries])
-        return join_chunks(rows.fetchall()[::-1])
+        return _joined(rows.fetchall()[::-1])
 
     def series_parts(self, agent: str, run: str, metric: str,
                      points: int = PART_POINTS) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -401,10 +402,10 @@ class LocalStore:
             part.append(row)
             held += row[3]
             if held >= points:
-                yield join_chunks(part)
+                yield _joined(part)
                 part, held = [], 0
         if part:
-            yield join_chunks(part)
+            yield _joined(part)
 
     def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int,
              clip: Clip = None) -> TierView:
@@ -432,9 +433,9 @@ class LocalStore:
 
     def _points(self, agent: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, values, times) of these metric entries, in arrival order."""
-        return join_chunks(self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND id IN "
-                                           "(SELECT value FROM json_each(?)) ORDER BY id",
-                                           [agent, str(ids.tolist())]).fetchall())
+        return _joined(self.db.execute("SELECT steps, vals, times FROM entries WHERE agent=? AND id IN "
+                                       "(SELECT value FROM json_each(?)) ORDER BY id",
+                                       [agent, str(ids.tolist())]).fetchall())
 
     def events(self, agent: str, run: str) -> list[dict]:
         """Status changes, commands, checkpoints and losses, oldest first."""
@@ -543,6 +544,11 @@ class LocalStore:
                 took = max(time.perf_counter() - started, 1e-6)
                 rows = max(1, min(batch, rows * 2, int(rows * BATCH_SECONDS / took)))
                 time.sleep(BATCH_PAUSE)
+
+
+def _joined(rows: Sequence[Sequence]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, values, wall_times) of metric rows (steps, vals, times, ...), packed ones unpacked."""
+    return join_chunks([row_points(*row[:3]) for row in rows])
 
 
 def _joined_part(part: Sequence, rest: Sequence) -> Sequence:

@@ -9,6 +9,9 @@ then each link hears what was written, in order.
 
 One bad page never rolls back anyone else's: a transaction that fails is written again one
 agent at a time, and only the link whose pages fail hears the error.
+
+After each write it packs small metric entries for up to PACK_SECONDS (``store_packing``), a
+bounded transaction at a time, so the next pages wait for at most one such step.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from typing import Any, Protocol, TypeVar
 from pilothouse.wire.entries import KIND_ROLLOUTS, Entry
 
 from .local_store import LocalStore
+from .store_packing import StorePacker
 
 T = TypeVar("T")
 BUSY_PAUSE = 0.05  # seconds between tries while another connection of the app holds the store's lock
 INDEX_SECONDS = 0.05  # rollout indexing per transaction at most (the rest waits for the next one)
+PACK_SECONDS = 0.02  # packing after a write at most (the rest after the next one)
 WRITE_GAP = 0.05  # seconds from one write to the next at least: a write costs per metric and level (the
                   # tiers rewrite each metric's last block at every level), so small pages are joined
 
@@ -120,6 +125,7 @@ class StoreWriter:
 
     def _main(self) -> None:
         store: LocalStore | None = None
+        self._packer: StorePacker | None = None
         indexing = True  # rollouts may wait to be indexed (a store written before, or a link stopped midway)
         stop = False
         written = 0.0  # when the last transaction ended
@@ -134,6 +140,7 @@ class StoreWriter:
                 try:
                     if store is None:
                         store = self._retry(LocalStore, self.path, jobs=jobs)  # many app threads open it at once
+                        self._packer = StorePacker(store)
                     indexing = self._run(store, jobs, indexing)
                 except Exception as exc:  # a broken store or a bug: every waiting link hears why, the writer goes on
                     _fail(jobs, exc)
@@ -182,6 +189,10 @@ class StoreWriter:
                 w.link.written(w.entries, w.cursor, w.runs)
             except Exception as exc:  # its callback failed (a bug in what it feeds): that link ends, not the others
                 w.link.failed(exc)
+            self._packer.added(w.url, w.entries)
+        deadline = time.monotonic() + PACK_SECONDS
+        while self._packer.pending() and time.monotonic() < deadline:
+            self._retry(self._packer.step, jobs=[])
         return indexing
 
     def _retry(self, fn: Callable[..., T], *args: Any, jobs: list) -> T:

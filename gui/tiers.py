@@ -35,6 +35,7 @@ from pilothouse.gui.lod import Series, ema, view_of
 from pilothouse.tier_table import BLOCK, NO_IDS, TOP, TierTable, join_records
 from pilothouse.tiers import FANOUT, WIDTHS, columns, level_for, points, reduce, whole
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, join_chunks, unpack_blob
+from pilothouse.wire.packed_chunks import row_points
 
 MIGRATE_ROWS = 2000  # entries folded at a time when a store from before the tiers is opened
 KEYS = ("agent", "run", "metric")
@@ -116,7 +117,7 @@ class Tiers:
             rows = self.db.execute("SELECT id, run, kind, metric, rank, n, steps, vals, times, body FROM entries "
                                    "WHERE agent=? AND kind=? ORDER BY id", [agent, KIND_METRIC])
             while chunk := rows.fetchmany(MIGRATE_ROWS):
-                self.add([(agent, chunk)])
+                self.add([(agent, [(*e[:6], *row_points(*e[6:9]), e[9]) for e in chunk])])
 
     def buckets(self, agent: str, run: str, metric: str, level: int, x0: float, x1: float) -> np.ndarray:
         """The filled buckets of ``level`` overlapping steps x0..x1, in step order."""
@@ -257,7 +258,9 @@ class Tiers:
     def _raw_points(self, agent: str, run: str, metric: str, x0: float, x1: float, raw: Raw,
                     clip: Clip = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, vals, times) of x0..x1 and a level-0 block either side (of the steps ``clip``
-        keeps), sorted by step (equal steps in arrival order), from the entries the level-0 blocks list."""
+        keeps), sorted by step (equal steps in arrival order), from the entries the level-0 blocks
+        list: only the points of the key's attempt (an entry packed in the app's store may hold
+        points of the attempts either side of a resume)."""
         span = WIDTHS[0] * BLOCK
         rows = self.table.rows((agent, run, metric), 0, int(np.floor(x0 / span)) - 1, int(np.floor(x1 / span)) + 1)
         ids = np.unique(np.concatenate([i for _, _, i in rows])) if rows else NO_IDS
@@ -265,6 +268,9 @@ class Tiers:
             return NO_IDS, np.empty(0), np.empty(0)
         steps, vals, times = raw(ids)
         near = (steps >= x0 - span) & (steps <= x1 + span)
+        resumes = self.resumes(agent, run)
+        if len(resumes):
+            near &= np.searchsorted(resumes, times, "right") + 1 == attempt_of(metric)
         if clip is not None:
             near &= (steps >= clip[0]) & (steps < clip[1])
         order = np.argsort(steps[near], kind="stable")
@@ -293,6 +299,12 @@ def _straddling(clip: tuple[float, float]) -> Callable[[np.ndarray], np.ndarray]
 def attempt_key(metric: str, attempt: int) -> str:
     """The name a metric's tiers are kept under for the ``attempt``-th attempt of its run on one agent."""
     return metric if attempt <= 1 else f"{metric}{ATTEMPT}{attempt}"
+
+
+def attempt_of(key: str) -> int:
+    """The attempt whose tiers ``key`` names (``attempt_key``'s inverse)."""
+    _, mark, number = key.rpartition(ATTEMPT)
+    return int(number) if mark else 1
 
 
 def resume_started(event: object) -> float | None:

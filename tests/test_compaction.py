@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_retention import SIZE_SQL, write_runs
 
-from pilothouse.node import packed_chunks
+from pilothouse.wire import packed_chunks
 from pilothouse.node.compactor import MAX_POINTS, MIN_ROWS, Compactor
 from pilothouse.node.journal import Store
 from pilothouse.wire.entries import KIND_METRIC, entry_points

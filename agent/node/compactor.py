@@ -20,7 +20,7 @@ from collections import deque
 
 import numpy as np
 
-from pilothouse.node import packed_chunks
+from pilothouse.wire import packed_chunks
 from pilothouse.node.journal import ENTRY_OVERHEAD, Store
 from pilothouse.wire.entries import KIND_METRIC, Entry
 

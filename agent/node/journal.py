@@ -21,7 +21,7 @@ from typing import Any, Iterable, NamedTuple
 import numpy as np
 
 from pilothouse.db import open_db
-from pilothouse.node import packed_chunks
+from pilothouse.wire import packed_chunks
 from pilothouse.node.journal_tiers import JournalTiers
 from pilothouse.rollout_search import RolloutSearch
 from pilothouse.wire.checks import INT64_MAX
@@ -654,7 +654,7 @@ class Store:
         """(steps, values, wall_times) of one metric, every point, in arrival order."""
         rows = self.db.execute("SELECT steps, vals, times FROM journal WHERE run=? AND kind=? AND metric=? "
                                "ORDER BY id", [run, KIND_METRIC, metric]).fetchall()
-        return join_chunks([packed_chunks.unpack(r[0])[1] if r[1] is None else r for r in rows])
+        return join_chunks([packed_chunks.row_points(*r) for r in rows])
 
     # --- rollouts by step ---------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pilothouse.node import packed_chunks
+from pilothouse.wire import packed_chunks
 from pilothouse.tier_table import TierTable
 from pilothouse.tiers import LEVELS, WIDTHS, levels, reduce
 from pilothouse.wire.entries import KIND_METRIC, Entry, join_chunks, unpack_blob

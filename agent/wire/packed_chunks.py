@@ -1,4 +1,5 @@
-"""Metric chunks packed for the long haul: many small journal entries of one metric in one row.
+"""Metric chunks packed for the long haul: many small entries of one metric in one row (the agent's
+journal and the app's store both pack them).
 
 A trainer's points reach the journal a turn at a time, so a metric logged once a step (or the
 node's GPU readings, once a second) becomes a row per point: SQLite's row and index cost
@@ -71,3 +72,8 @@ def unpack(blob: bytes, after: int = 0, upto: int | None = None) -> tuple[int, P
     a = int(counts[origins <= after].sum())
     b = n if upto is None else int(counts[origins <= upto].sum())
     return b - a, Points(steps[a:b].tobytes(), np.ascontiguousarray(vals[a:b]).tobytes(), times[a:b].tobytes())
+
+
+def row_points(steps: bytes, vals: bytes | None, times: bytes | None) -> Points:
+    """A stored row's points: a plain row's blobs as they are, a packed row's (``vals`` None) unpacked."""
+    return Points(steps, vals, times) if vals is not None else unpack(steps)[1]
