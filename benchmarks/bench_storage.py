@@ -13,6 +13,10 @@ A run's bytes are those of its rows copied into a fresh database with the journa
 counted page by page (``dbstat``), so other runs and free pages do not count.  TensorBoard:
 the size of the event file ``SummaryWriter.add_scalar`` writes for the same points.
 
+The app's store: the same rows as a followed run's pages bring them (``LocalStore.write_page``,
+a row per metric per reading), its bytes per point as written and once its writer packed them
+(``StorePacker``), tiers apart, points checked bit for bit.
+
 The write cost of the journal's tiers (``pilothouse.node.journal_tiers``): the time spent folding
 them, measured around the journal's own tier calls while the points are written, so stored
 points/s with the tiers and without (the same writing less that time); the bytes of tier rows
@@ -36,6 +40,8 @@ import numpy as np
 from _common import ROOT, AgentProcess, median, table, write_result
 
 from pilothouse.client import Client
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.gui.store_packing import StorePacker
 from pilothouse.node.compactor import Compactor
 from pilothouse.node.journal import Store
 from pilothouse.wire.entries import KIND_METRIC
@@ -43,6 +49,7 @@ from pilothouse.wire.messages import pack, unpack
 from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer
 
 Series = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # metric -> (steps, values, wall times)
+APP_AGENT = "tcp://127.0.0.1:1"  # the agent the app's store holds the rows under
 
 
 def demo_series(steps: int) -> Series:
@@ -131,6 +138,48 @@ def run_bytes(path: Path, names: str = "'journal', 'j1', 'j2'") -> int:
     return used
 
 
+def app_bytes(path: Path, names: str = "'entries', 'e0', 'e1'") -> int:
+    """Pages the app store's metric rows (or with ``names`` its tiers: 'tiers', 't1') take, copied into a
+    fresh database with the store's indexes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "copy.sqlite"
+        con = sqlite3.connect(copy)
+        con.execute("ATTACH ? AS src", [str(path)])
+        con.execute("CREATE TABLE entries AS SELECT * FROM src.entries WHERE kind='m' ORDER BY agent, id")
+        con.execute("CREATE UNIQUE INDEX e0 ON entries (agent, id)")
+        con.execute("CREATE INDEX e1 ON entries (agent, run, kind, metric, id)")
+        con.execute("CREATE TABLE tiers AS SELECT * FROM src.tiers ORDER BY agent, run, metric, level, block")
+        con.execute("CREATE UNIQUE INDEX t1 ON tiers (agent, run, metric, level, block)")
+        con.commit()
+        used = con.execute(f"SELECT SUM(pgsize) FROM dbstat WHERE name IN ({names})").fetchone()[0]
+        con.close()
+    return used
+
+
+def measure_app(journal: Path, path: Path, series: Series) -> dict:
+    """The journal's plain rows into an app store as a link writes them, then packed by its writer's packer."""
+    store = Store(journal)
+    app = LocalStore(path)
+    rows = store.db.execute("SELECT id, run, kind, metric, rank, n, steps, vals, times, body FROM journal "
+                            "WHERE kind='m' ORDER BY id")
+    while chunk := rows.fetchmany(2000):
+        app.write_page(APP_AGENT, chunk, chunk[-1][0])
+    store.db.close()
+    written, tiers = app_bytes(path), app_bytes(path, "'tiers', 't1'")
+    packer = StorePacker(app)
+    held = []
+    while packer.pending():
+        started = time.perf_counter()
+        if packer.step():
+            held.append(time.perf_counter() - started)
+    exact = all(np.array_equal(a.view(np.int64), b.view(np.int64)) for m, (s, v, t) in series.items()
+                for a, b in zip(app.series(APP_AGENT, "bench", m), (s, v, t)))
+    app.close()
+    return {"app_written": written, "app_packed": app_bytes(path), "app_tiers": tiers,
+            "app_tiers_packed": app_bytes(path, "'tiers', 't1'"), "app_bit_exact": exact,
+            "app_held_ms_median": 1e3 * median(held or [0.0]), "app_held_ms_max": 1e3 * max(held or [0.0])}
+
+
 def pack_all(path: Path) -> list[float]:
     """Pack as the agent does, a step per transaction; returns how long each step that packed held it (s)."""
     store = Store(path)
@@ -165,6 +214,7 @@ def measure(name: str, series: Series, tmp: Path) -> dict:
     points, took, folding, written = write_plain(path, series)
     plain = run_bytes(path)
     tiers = run_bytes(path, "'tiers', 't1'")
+    app = measure_app(path, tmp / f"{name}-app.sqlite", series)
     held = sorted(pack_all(path))
     packed = run_bytes(path)
     tb = tensorboard_bytes(tmp / f"tb-{name}", series)
@@ -176,7 +226,8 @@ def measure(name: str, series: Series, tmp: Path) -> dict:
             "tensorboard": None if tb is None else tb / points, "bit_exact": exact,
             "held_ms_median": 1e3 * median(held), "held_ms_max": 1e3 * held[-1],
             "points_per_s": points / took, "points_per_s_without_tiers": points / (took - folding),
-            "tier_share": folding / took, "tier_written": written / points, "tiers": tiers / points}
+            "tier_share": folding / took, "tier_written": written / points, "tiers": tiers / points,
+            **{k: v / points if k.startswith(("app_written", "app_packed", "app_tiers")) else v for k, v in app.items()}}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -200,6 +251,11 @@ def main(argv: list[str] | None = None) -> dict:
              f"{r['tiers'] / r['packed']:.2f}x") for r in results]
     print(table(["series", "stored pts/s with tiers", "without (tier work taken out)", "time in tiers",
                  "tier B/pt written", "tier B/pt on disk", "tiers / packed points"], rows))
+    rows = [(r["series"], f"{r['app_written']:.1f}", f"{r['app_packed']:.2f}", f"{r['app_written'] / r['app_packed']:.1f}x",
+             f"{r['app_tiers']:.2f} / {r['app_tiers_packed']:.2f}", "yes" if r["app_bit_exact"] else "NO",
+             f"{r['app_held_ms_median']:.1f} / {r['app_held_ms_max']:.1f}") for r in results]
+    print(table(["the app's store: series", "B/pt written", "B/pt packed", "written/packed", "tier B/pt (written / packed)",
+                 "bit-exact", "ms per pack step (median / max)"], rows))
     saved = write_result("bench_storage", {"results": results})
     print(f"written: a row per metric per reading, as the agent stores a paced step; packed: after the agent's "
           f"compactor; TensorBoard: SummaryWriter's event file. Result: {saved}")
@@ -207,7 +263,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def passed(data: dict) -> bool:
-    return all(r["bit_exact"] for r in data["results"])
+    return all(r["bit_exact"] and r["app_bit_exact"] for r in data["results"])
 
 
 if __name__ == "__main__":
