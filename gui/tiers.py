@@ -17,8 +17,8 @@ A wall-time axis reads the same buckets: each keeps the wall times of its first 
 so ``time_view`` finds the steps of a time range by going down the levels (a few buckets each)
 and folds the buckets per column of time; a min or max is drawn at a time interpolated between
 its bucket's first and last point, less than half a column off.  The time axis assumes wall time
-does not go back as steps go forward, as within one attempt of a run (the charts draw a resumed
-run from its points).  Each column's mean (from the buckets' sums) is what a smoothed curve
+does not go back as steps go forward, as within one attempt of a run (each attempt has tiers of
+its own).  Each column's mean (from the buckets' sums) is what a smoothed curve
 follows (``smoothed``).
 """
 
@@ -75,6 +75,7 @@ class Tiers:
         self.db = db
         self.table = TierTable(db.conn, KEYS, ids=True)
         self._resumes: dict[tuple[str, str], np.ndarray] = {}  # (agent, run) -> when each resume began
+        self._version = -1  # the file's data_version the resumes were read at (another connection writes)
 
     def create(self) -> bool:
         """Create the table; True when it holds nothing yet (``add_all`` then builds it)."""
@@ -105,6 +106,9 @@ class Tiers:
     def resumes(self, agent: str, run: str) -> np.ndarray:
         """When each resume of a run on this agent began, in order (its points from then on are the
         next attempt's)."""
+        version = self.db.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._version:  # another connection (the app's store writer) committed: read again
+            self._resumes, self._version = {}, version
         if (agent, run) not in self._resumes:
             bodies = (unpack_blob(b) for (b,) in self.db.execute(
                 "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? AND metric IS NULL", [agent, run, KIND_EVENT]))

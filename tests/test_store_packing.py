@@ -103,6 +103,21 @@ def test_a_resumed_runs_attempts_stay_apart_in_packed_rows(tmp_path):
     store.close()
 
 
+def test_a_reader_hears_of_a_resume_another_connection_wrote(tmp_path):
+    """The UI reads the store through its own connection: a resume the writer stores after the UI
+    first read the run still keeps the attempts apart in what the UI reads."""
+    writer, reader = LocalStore(tmp_path / "s.sqlite"), LocalStore(tmp_path / "s.sqlite")
+    one, two = np.arange(600, dtype=np.int64), np.arange(300, 900, dtype=np.int64)
+    writer.write_page(A, small_entries(1, "loss", one, np.ones(600), 1.7e9 + one), 600)
+    assert set(reader.view(A, "r1", "loss", 280, 320, 50).ys.tolist()) == {1.0}
+    resumed = Entry(601, "r1", "e", None, 0, 0, None, None, None,
+                    pack({"event": "resumed", "attempt": 2, "started": 1.7e9 + 1000.0}))
+    writer.write_page(A, [resumed] + small_entries(602, "loss", two, -np.ones(600), 1.7e9 + 1000 + two), 1201)
+    assert pack_all(writer) == 1200
+    assert set(reader.view(A, "r1", "loss", 290, 320, 50).ys.tolist()) == {1.0}
+    assert set(reader.view(A, "r1", "loss\x1f2", 290, 320, 50).ys.tolist()) == {-1.0}
+
+
 def test_a_store_opened_again_packs_what_it_held_and_tiers_built_again_read_the_packed_rows(tmp_path):
     path = tmp_path / "s.sqlite"
     store = LocalStore(path)
