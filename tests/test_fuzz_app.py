@@ -721,3 +721,22 @@ def test_agent_memory_bounded_under_fuzz_and_churn(tmp_path):
         assert proc.proc.poll() is None
     finally:
         proc.stop()
+
+
+def test_tiers_of_an_agent_of_another_version_are_refused_with_the_reason(fake):
+    """An agent from before the buckets kept sums and wall times answers 12-field records: records of
+    96 B, some of whose blobs divide by today's 120 B too; the client says which versions differ
+    rather than misread them."""
+    from pilothouse.tiers import RECORD
+
+    fake.honest = False
+    old = (np.arange(5 * 12, dtype=np.int64)).tobytes()  # five old records: 480 B = four of today's
+    assert len(old) % RECORD.itemsize == 0
+    answers = [{"ready": True, "level": 0, "width": 16, "pixels": None, "records": [old]},  # no fields named
+               {"ready": True, "level": 0, "width": 16, "pixels": None, "records": [old],
+                "fields": list(RECORD.names)[:12]}]
+    with Client(fake.url, timeout=2.0) as client:
+        for answer in answers:
+            fake.load([("obj", {"t": "r", "id": ECHO, "data": answer})], [])
+            with pytest.raises(ProtocolError, match="run the same pilothouse version on both sides"):
+                client.tiers("r1", ["loss"], 0, 100, level=0)
