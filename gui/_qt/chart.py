@@ -329,7 +329,9 @@ class ChartWidget(pg.PlotWidget):
             with np.errstate(invalid="ignore"):
                 gap = (lo <= 0) | (hi <= 0)
             lo, hi = np.where(gap, np.nan, lo), np.where(gap, np.nan, hi)
+        band.lo_edge.blockSignals(True)  # the fill between the edges is built once, when the second one is set
         band.lo_edge.setData(xs, lo)
+        band.lo_edge.blockSignals(False)
         band.hi_edge.setData(xs, hi)
 
     def _fit_x(self) -> None:
