@@ -9,7 +9,7 @@ The widget follows the data (x range = all points) until the x range is changed 
 
 A group of runs (``add_group``) is a curve of its mean plus a translucent band between its runs'
 min and max: two more Series, drawn per pixel column like the curves (each column's lowest min
-and highest max), with a ``FillBetweenItem`` between them.
+and highest max), with the area between them filled (one path a frame, built in numpy).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtCore
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from pilothouse.gui.lod import Ema, Series
 from pilothouse.gui.remote_tiers import RemoteSeries
@@ -70,7 +70,7 @@ class _Band:
     count: np.ndarray
     lo_edge: pg.PlotDataItem
     hi_edge: pg.PlotDataItem
-    fill: pg.FillBetweenItem
+    fill: QtWidgets.QGraphicsPathItem
 
 
 class ChartWidget(pg.PlotWidget):
@@ -141,7 +141,9 @@ class ChartWidget(pg.PlotWidget):
         edges = [pg.PlotDataItem(connect="finite", pen=pg.mkPen(None)) for _ in range(2)]
         for edge in edges:
             self.addItem(edge)  # invisible lines, but in the y range: it includes the band
-        fill = pg.FillBetweenItem(*edges)
+        fill = QtWidgets.QGraphicsPathItem()
+        fill.setPen(QtGui.QPen(QtCore.Qt.PenStyle.NoPen))
+        fill.setZValue(-1)  # behind the curves
         self.addItem(fill, ignoreBounds=True)
         self.bands[name] = _Band(Series(), Series(), np.empty(0, np.int64), *edges, fill)
         self._style(name, self.curves[name])
@@ -329,10 +331,11 @@ class ChartWidget(pg.PlotWidget):
             with np.errstate(invalid="ignore"):
                 gap = (lo <= 0) | (hi <= 0)
             lo, hi = np.where(gap, np.nan, lo), np.where(gap, np.nan, hi)
-        band.lo_edge.blockSignals(True)  # the fill between the edges is built once, when the second one is set
         band.lo_edge.setData(xs, lo)
-        band.lo_edge.blockSignals(False)
         band.hi_edge.setData(xs, hi)
+        if band.lo_edge.opts["logMode"][1]:
+            lo, hi = np.log10(lo), np.log10(hi)  # where the edges are drawn (not positive: a gap already)
+        band.fill.setPath(_band_path(xs, lo, hi))
 
     def _fit_x(self) -> None:
         ranges = [r for c in self.curves.values() if (r := c.series.x_range())]
@@ -388,6 +391,24 @@ def _ema(series: Series | StoredSeries | RemoteSeries | StoredGroup, alpha: floa
     if alpha <= 0:
         return None
     return Ema(series, alpha) if isinstance(series, Series) else TierEma(series, alpha)
+
+
+def _band_path(xs: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> QtGui.QPainterPath:
+    """The area between a band's edges as one path: a closed polygon (along the low edge, back along
+    the high one) per stretch where both are finite, made by ``arrayToQPath`` in one call
+    (pyqtgraph's ``FillBetweenItem`` joined the edges' paths in Python: a millisecond a chart a frame)."""
+    finite = np.isfinite(lo) & np.isfinite(hi)
+    xs_parts, ys_parts, joins = [], [], []
+    for part in np.split(np.arange(len(xs)), np.flatnonzero(np.diff(finite.astype(np.int8))) + 1):
+        if len(part) and finite[part[0]]:
+            xs_parts += [xs[part], xs[part][::-1]]
+            ys_parts += [lo[part], hi[part][::-1]]
+            join = np.ones(2 * len(part), bool)
+            join[-1] = False  # the next stretch is a polygon of its own
+            joins.append(join)
+    if not joins:
+        return QtGui.QPainterPath()
+    return pg.arrayToQPath(np.concatenate(xs_parts), np.concatenate(ys_parts), connect=np.concatenate(joins))
 
 
 def _edge(xs: np.ndarray, ys: np.ndarray, reduce: np.ufunc) -> tuple[np.ndarray, np.ndarray]:
