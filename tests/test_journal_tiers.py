@@ -172,6 +172,28 @@ def test_a_journal_from_before_the_tiers_builds_them_and_a_removal_deletes_them(
     assert_exact(store, "r2", "loss", *runs["r2"])
 
 
+
+def test_a_journal_with_tiers_of_an_older_record_drops_them_and_builds_them_again(tmp_path):
+    """Blocks of the 12-field record (before sums and wall times) are not misread: the journal drops
+    them at start and builds every run's tiers again from its points, a bounded step at a time."""
+    path = tmp_path / "journal.sqlite"
+    store = Store(path)
+    new_run(store, "r1")
+    points = spiky(4, 3000)
+    ingest(store, "r1", {"loss": points}, per_turn=9)
+    store.begin()
+    store.tiers.flush_all()
+    store.commit()
+    store.db.execute("ALTER TABLE tiers RENAME COLUMN buckets TO records")  # as a journal of the last version
+    store.db.close()
+    store = Store(path)
+    assert set(store.tiers.building) == {"r1"} and not store.db.execute("SELECT COUNT(*) FROM tiers").fetchone()[0]
+    with pytest.raises(NotReady):
+        store.tier_buckets("r1", "loss", 0, *ALL)
+    build(store)
+    assert_exact(store, "r1", "loss", *points)
+
+
 TRAINER = """
 run = ph.init(project="tiers", name="socket", agent=URL)
 print(run.id, flush=True)
