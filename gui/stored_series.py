@@ -143,9 +143,9 @@ class StoredPieces(_Stored):
         if not drawn:
             self.drawn = None
             return empty, empty
-        self.drawn = TierView(*(np.concatenate([getattr(v, f) for v in drawn]) for f in ("xs", "ys", "marks")),
-                              min(v.level for v in drawn), empty, empty, empty, empty,
-                              *(np.concatenate([getattr(v, f) for v in drawn]) for f in ("centers", "means", "weights")))
+        joined = [np.concatenate(parts) for parts in zip(*((v.xs, v.ys, v.marks, v.centers, v.means, v.weights)
+                                                            for v in drawn))]
+        self.drawn = TierView(*joined[:3], min(v.level for v in drawn), empty, empty, empty, empty, *joined[3:])
         return self.drawn.xs, self.drawn.ys
 
     def nonfinite(self, x0: float, x1: float) -> np.ndarray:
