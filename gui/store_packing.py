@@ -74,28 +74,30 @@ class StorePacker:
         key = self._ready()
         if key is None:
             return 0
-        with transaction(db):
-            joined = self._pack(key)
+        with transaction(db):  # undone (a full disk): nothing of it is noted, it is tried again later
+            joined, done_to = self._pack(key)
+        if done_to is not None:
+            self.packed_to[key] = done_to
         if not joined:
             self.small.pop(key)  # nothing left worth it below the cursor: the next writes count again
         else:
             self.small[key] -= joined
         return joined
 
-    def _pack(self, key: Stream) -> int:
+    def _pack(self, key: Stream) -> tuple[int, int | None]:
+        """Pack the metric's first run of small entries worth it; (entries joined, the id up to which
+        none is left worth packing, or None)."""
         agent, run, metric = key
         db = self.store.db
         if db.execute("SELECT 1 FROM removed_runs WHERE agent=? AND run=?", [agent, run]).fetchone():
-            return 0  # its rows are being deleted
+            return 0, None  # its rows are being deleted
         rows = db.execute("SELECT id, n, steps, vals, times FROM entries WHERE agent=? AND run=? AND kind=? AND metric=? "
                           "AND id>? AND id<=? ORDER BY id LIMIT ?",
                           [agent, run, KIND_METRIC, metric, self.packed_to.get(key, 0), self.store.cursor(agent),
                            MAX_ROWS]).fetchall()
         chosen, points, settled = _run_of_small(rows)
-        if settled is not None:
-            self.packed_to[key] = settled
         if len(chosen) < 2:
-            return 0
+            return 0, settled
         ids = np.array([r[0] for r in chosen], np.int64)
         counts = np.array([r[1] for r in chosen], np.uint32)
         blob = packed_chunks.pack(ids, counts, packed_chunks.Points(*(b"".join(r[k] for r in chosen) for k in (2, 3, 4))))
@@ -109,8 +111,7 @@ class StorePacker:
         freed += (len(chosen) - 1) * (48 + 2 * (len(run.encode()) + len(metric.encode()) + len(agent.encode())))
         db.execute("UPDATE run_bytes SET bytes = MAX(bytes - ?, 0) WHERE agent=? AND run=?", [freed, agent, run])
         self._repoint(key, ids, np.frombuffer(b"".join(r[2] for r in chosen), np.int64))
-        self.packed_to[key] = last
-        return len(chosen)
+        return len(chosen), last
 
     def _repoint(self, key: Stream, ids: np.ndarray, steps: np.ndarray) -> None:
         """The level-0 tier blocks of the joined entries' points (of each attempt's tiers) list the

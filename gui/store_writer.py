@@ -190,10 +190,18 @@ class StoreWriter:
             except Exception as exc:  # its callback failed (a bug in what it feeds): that link ends, not the others
                 w.link.failed(exc)
             self._packer.added(w.url, w.entries)
-        deadline = time.monotonic() + PACK_SECONDS
-        while self._packer.pending() and time.monotonic() < deadline:
-            self._retry(self._packer.step, jobs=[])
+        self._pack()
         return indexing
+
+    def _pack(self) -> None:
+        """Pack for up to PACK_SECONDS.  A step the store refuses (a full disk) is undone and packing
+        waits for the next write: the pages just written stand, and no link hears of it."""
+        deadline = time.monotonic() + PACK_SECONDS
+        try:
+            while self._packer.pending() and time.monotonic() < deadline:
+                self._retry(self._packer.step, jobs=[])
+        except sqlite3.Error:
+            return
 
     def _retry(self, fn: Callable[..., T], *args: Any, jobs: list) -> T:
         """``fn(*args)`` once the store's lock is free: another connection of the app (the UI's)

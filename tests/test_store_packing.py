@@ -1,14 +1,17 @@
 """The app store packs a followed run's small metric entries, on real SQLite files: every point
 comes back bit for bit, charts read the same views, crosshairs and zooms from the packed rows, a
 resumed run's attempts stay apart, a packed part's rest above the cursor is left alone, sizes shrink,
-and the store writer packs between its writes."""
+a step undone by a full disk changes nothing, and the store writer packs between its writes."""
 
 from __future__ import annotations
 
+import sqlite3
 import struct
 import threading
 
 import numpy as np
+import pytest
+from test_disk_full import _fill, small_disk  # noqa: F401 (a fixture)
 from tier_records import same_rows
 
 from pilothouse.gui.local_store import LocalStore
@@ -132,6 +135,27 @@ def test_a_store_opened_again_packs_what_it_held_and_tiers_built_again_read_the_
     store = LocalStore(path)  # built again from the packed rows: the same blocks, listing the packed entry
     assert same_rows(store.db.execute("SELECT * FROM tiers ORDER BY metric, level, block").fetchall(), tiers, 5)
     assert store.nearest(A, "r1", "loss", 100.2) == (100, 50.0)
+    store.close()
+
+
+def test_a_packing_step_on_a_full_disk_is_undone_whole_and_done_once_space_returns(small_disk):
+    store = LocalStore(small_disk / "s.sqlite")
+    steps = np.arange(2 * MIN_ROWS, dtype=np.int64)
+    store.write_page(A, small_entries(1, "loss", steps, np.sqrt(steps), 1.7e9 + steps), len(steps))
+    before = store.series(A, "r1", "loss")
+    packer = StorePacker(store)
+    packer.step()  # counts the run's metrics (a read)
+    _fill(small_disk / "filler")
+    with pytest.raises(sqlite3.OperationalError, match="full"):
+        while packer.pending():
+            packer.step()
+    assert store.db.execute("SELECT COUNT(*) FROM entries").fetchone()[0] == len(steps)  # nothing half done
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(store.series(A, "r1", "loss"), before))
+    (small_disk / "filler").unlink()
+    while packer.pending():
+        packer.step()
+    assert store.db.execute("SELECT COUNT(*) FROM entries").fetchone()[0] == 1
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(store.series(A, "r1", "loss"), before))
     store.close()
 
 
