@@ -316,3 +316,24 @@ def test_levels_above_the_stored_ones_are_folded_from_the_top_one_exactly():
         inside = want[(want["bucket"] >= k0) & (want["bucket"] <= k1)]
         assert same_buckets(table.buckets(("m",), level, x0, x1), inside), level
     assert table.summary(("m",))["count"].tolist() == [len(steps)]
+
+
+def test_a_compressed_block_read_again_is_decoded_once_and_never_stale():
+    """The journal's table remembers decoded blocks by their bytes: a block read twice is the same
+    array (read-only: every read shares it), and a block rewritten by a later fold is read anew."""
+    from pilothouse.tiers import levels
+
+    conn = sqlite3.connect(":memory:")
+    table = TierTable(conn, ("metric",), ids=False, compress=True)
+    table.create()
+    steps = np.arange(1000, dtype=np.int64)
+    vals = np.sin(steps / 50.0)
+    table.fold(("m",), steps[:600], vals[:600], steps[:600] * 1.0)
+    first = table.rows(("m",), 0, 0, 10)[0][1]
+    assert table.rows(("m",), 0, 0, 10)[0][1] is first and not first.flags.writeable
+    with pytest.raises(ValueError):
+        first["count"][0] = 7
+    table.fold(("m",), steps[600:], vals[600:], steps[600:] * 1.0)  # the same block, rewritten
+    for level, want in levels(steps, vals, steps * 1.0):
+        if level < 3:
+            assert same_buckets(table.buckets(("m",), level, 0, 1000), want), level
