@@ -6,10 +6,11 @@ steps [k * WIDTHS[L], (k + 1) * WIDTHS[L]) (16, 64, 256, ... steps).  Each bucke
 aggregates of the points in it (``RECORD``): how many, how many non-finite and the step of the
 first one, the finite min and max with the step where each is (so a spike is drawn where it is),
 the first and last point by step with their wall times (so a wall-time axis draws the same
-buckets), and the sum of the finite values (so a smoothed or averaged curve needs no raw point).  Buckets are keyed by step, not by arrival, so points
-arriving out of order (a resumed run re-logging steps) and pages arriving in many pieces fold
-into the same buckets: ``reduce`` is associative, and the tiers after any sequence of pages
-equal a one-shot build over all of their points.
+buckets), and the sum of the finite values (so a smoothed or averaged curve needs no raw point).
+Buckets are keyed by step, not by arrival, so points arriving out of order (a resumed run
+re-logging steps) and pages arriving in many pieces fold into the same buckets: ``reduce`` is
+associative, and the tiers after any sequence of pages equal a one-shot build over all of their
+points (the sums to rounding: a float sum depends on the order of its additions).
 
 This module is the fold alone (plain numpy, no storage): ``pilothouse.tier_table`` stores the
 levels in SQLite, and the agent sends ``RECORD`` arrays to an app that asks for a range, so both

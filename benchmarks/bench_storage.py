@@ -123,41 +123,41 @@ def timed(call, total: list[float]):
 def run_bytes(path: Path, names: str = "'journal', 'j1', 'j2'") -> int:
     """Pages the run's metric rows (or with ``names`` its tiers: 'tiers', 't1') take, copied into a
     fresh database with the journal's indexes."""
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "copy.sqlite"
-        con = sqlite3.connect(copy)
-        con.execute("ATTACH ? AS src", [str(path)])
-        con.execute("CREATE TABLE journal AS SELECT * FROM src.journal WHERE kind='m' ORDER BY id")
-        con.execute("CREATE INDEX j1 ON journal (run, kind, metric, id)")
-        con.execute("CREATE INDEX j2 ON journal (first_id) WHERE first_id IS NOT NULL")
-        con.execute("CREATE TABLE tiers AS SELECT * FROM src.tiers ORDER BY run, metric, level, block")
-        con.execute("CREATE UNIQUE INDEX t1 ON tiers (run, metric, level, block)")
-        con.commit()
-        used = con.execute(f"SELECT SUM(pgsize) FROM dbstat WHERE name IN ({names})").fetchone()[0]
-        con.close()
-    return used
+    return _pages(path, names, ["CREATE TABLE journal AS SELECT * FROM src.journal WHERE kind='m' ORDER BY id",
+                                "CREATE INDEX j1 ON journal (run, kind, metric, id)",
+                                "CREATE INDEX j2 ON journal (first_id) WHERE first_id IS NOT NULL",
+                                "CREATE TABLE tiers AS SELECT * FROM src.tiers ORDER BY run, metric, level, block",
+                                "CREATE UNIQUE INDEX t1 ON tiers (run, metric, level, block)"])
 
 
 def app_bytes(path: Path, names: str = "'entries', 'e0', 'e1'") -> int:
     """Pages the app store's metric rows (or with ``names`` its tiers: 'tiers', 't1') take, copied into a
     fresh database with the store's indexes."""
+    return _pages(path, names, ["CREATE TABLE entries AS SELECT * FROM src.entries WHERE kind='m' ORDER BY agent, id",
+                                "CREATE UNIQUE INDEX e0 ON entries (agent, id)",
+                                "CREATE INDEX e1 ON entries (agent, run, kind, metric, id)",
+                                "CREATE TABLE tiers AS SELECT * FROM src.tiers "
+                                "ORDER BY agent, run, metric, level, block",
+                                "CREATE UNIQUE INDEX t1 ON tiers (agent, run, metric, level, block)"])
+
+
+def _pages(path: Path, names: str, copy_statements: list[str]) -> int:
+    """Bytes of the pages of ``names`` once ``copy_statements`` copied them from ``path`` (attached as
+    src) into a fresh database: the rows' own size, whatever else the file holds and frees."""
     with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "copy.sqlite"
-        con = sqlite3.connect(copy)
+        con = sqlite3.connect(Path(tmp) / "copy.sqlite")
         con.execute("ATTACH ? AS src", [str(path)])
-        con.execute("CREATE TABLE entries AS SELECT * FROM src.entries WHERE kind='m' ORDER BY agent, id")
-        con.execute("CREATE UNIQUE INDEX e0 ON entries (agent, id)")
-        con.execute("CREATE INDEX e1 ON entries (agent, run, kind, metric, id)")
-        con.execute("CREATE TABLE tiers AS SELECT * FROM src.tiers ORDER BY agent, run, metric, level, block")
-        con.execute("CREATE UNIQUE INDEX t1 ON tiers (agent, run, metric, level, block)")
+        for statement in copy_statements:
+            con.execute(statement)
         con.commit()
         used = con.execute(f"SELECT SUM(pgsize) FROM dbstat WHERE name IN ({names})").fetchone()[0]
         con.close()
     return used
 
 
-def measure_app(journal: Path, path: Path, series: Series) -> dict:
-    """The journal's plain rows into an app store as a link writes them, then packed by its writer's packer."""
+def measure_app(journal: Path, path: Path, series: Series, points: int) -> dict:
+    """The journal's plain rows into an app store as a link writes them, then packed by its writer's
+    packer; bytes per point of its ``points``."""
     store = Store(journal)
     app = LocalStore(path)
     rows = store.db.execute("SELECT id, run, kind, metric, rank, n, steps, vals, times, body FROM journal "
@@ -175,8 +175,8 @@ def measure_app(journal: Path, path: Path, series: Series) -> dict:
     exact = all(np.array_equal(a.view(np.int64), b.view(np.int64)) for m, (s, v, t) in series.items()
                 for a, b in zip(app.series(APP_AGENT, "bench", m), (s, v, t)))
     app.close()
-    return {"app_written": written, "app_packed": app_bytes(path), "app_tiers": tiers,
-            "app_tiers_packed": app_bytes(path, "'tiers', 't1'"), "app_bit_exact": exact,
+    return {"app_written": written / points, "app_packed": app_bytes(path) / points, "app_tiers": tiers / points,
+            "app_tiers_packed": app_bytes(path, "'tiers', 't1'") / points, "app_bit_exact": exact,
             "app_held_ms_median": 1e3 * median(held or [0.0]), "app_held_ms_max": 1e3 * max(held or [0.0])}
 
 
@@ -214,7 +214,7 @@ def measure(name: str, series: Series, tmp: Path) -> dict:
     points, took, folding, written = write_plain(path, series)
     plain = run_bytes(path)
     tiers = run_bytes(path, "'tiers', 't1'")
-    app = measure_app(path, tmp / f"{name}-app.sqlite", series)
+    app = measure_app(path, tmp / f"{name}-app.sqlite", series, points)
     held = sorted(pack_all(path))
     packed = run_bytes(path)
     tb = tensorboard_bytes(tmp / f"tb-{name}", series)
@@ -227,7 +227,7 @@ def measure(name: str, series: Series, tmp: Path) -> dict:
             "held_ms_median": 1e3 * median(held), "held_ms_max": 1e3 * held[-1],
             "points_per_s": points / took, "points_per_s_without_tiers": points / (took - folding),
             "tier_share": folding / took, "tier_written": written / points, "tiers": tiers / points,
-            **{k: v / points if k.startswith(("app_written", "app_packed", "app_tiers")) else v for k, v in app.items()}}
+            **app}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -251,10 +251,12 @@ def main(argv: list[str] | None = None) -> dict:
              f"{r['tiers'] / r['packed']:.2f}x") for r in results]
     print(table(["series", "stored pts/s with tiers", "without (tier work taken out)", "time in tiers",
                  "tier B/pt written", "tier B/pt on disk", "tiers / packed points"], rows))
-    rows = [(r["series"], f"{r['app_written']:.1f}", f"{r['app_packed']:.2f}", f"{r['app_written'] / r['app_packed']:.1f}x",
+    rows = [(r["series"], f"{r['app_written']:.1f}", f"{r['app_packed']:.2f}",
+             f"{r['app_written'] / r['app_packed']:.1f}x",
              f"{r['app_tiers']:.2f} / {r['app_tiers_packed']:.2f}", "yes" if r["app_bit_exact"] else "NO",
              f"{r['app_held_ms_median']:.1f} / {r['app_held_ms_max']:.1f}") for r in results]
-    print(table(["the app's store: series", "B/pt written", "B/pt packed", "written/packed", "tier B/pt (written / packed)",
+    print(table(["the app's store: series", "B/pt written", "B/pt packed", "written/packed",
+                 "tier B/pt (written / packed)",
                  "bit-exact", "ms per pack step (median / max)"], rows))
     saved = write_result("bench_storage", {"results": results})
     print(f"written: a row per metric per reading, as the agent stores a paced step; packed: after the agent's "

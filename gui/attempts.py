@@ -107,14 +107,17 @@ class Timeline:
                 moved |= number > 1
         return moved
 
+    def cut(self, number: int) -> int | None:
+        """The lowest first step of the attempts after ``number``: its points from there on are
+        superseded (None: no later attempt logged a step yet)."""
+        return min((step for n, step in self.first_steps.items() if n > number), default=None)
+
     def superseded(self, numbers: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """Points at or past the first step of an attempt after theirs."""
         if not self.first_steps:
             return np.zeros(len(steps), bool)
         top = max(a.number for a in self.attempts)
-        cut = np.full(top + 2, np.inf)  # cut[n]: the lowest first step of the attempts after n
-        for number, step in self.first_steps.items():
-            cut[:number] = np.minimum(cut[:number], step)
+        cut = np.array([np.inf if (c := self.cut(n)) is None else c for n in range(top + 2)])
         return steps >= cut[numbers]
 
     def resumes(self) -> list[tuple[Attempt, int | None]]:

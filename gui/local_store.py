@@ -367,7 +367,8 @@ class LocalStore:
     def metrics(self, agent: str, run: str) -> list[str]:
         found: list[str] = []
         while True:  # one index seek per metric: a DISTINCT would read every entry of the run
-            (metric,) = self.db.execute("SELECT MIN(metric) FROM entries WHERE agent=? AND run=? AND kind=? AND metric>?",
+            (metric,) = self.db.execute("SELECT MIN(metric) FROM entries WHERE agent=? AND run=? AND kind=? "
+                                        "AND metric>?",
                                         [agent, run, KIND_METRIC, found[-1] if found else ""]).fetchone()
             if metric is None:
                 return found
@@ -441,7 +442,7 @@ class LocalStore:
         """Status changes, commands, checkpoints and losses, oldest first."""
         return [unpack_blob(b) for (b,) in self.db.execute(
             "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? AND metric IS NULL ORDER BY id",
-            [agent, run, KIND_EVENT])]  # metric IS NULL: the run's index gives them in id order, not a scan of the agent's
+            [agent, run, KIND_EVENT])]  # metric IS NULL: the run's index gives them in id order (no scan of the agent)
 
     def rollout_steps(self, agent: str, run: str) -> list[tuple[int, int, float | None]]:
         """(step, rows, mean reward or None) of each step with rollouts indexed, oldest first; no text read."""

@@ -91,8 +91,8 @@ class StorePacker:
         db = self.store.db
         if db.execute("SELECT 1 FROM removed_runs WHERE agent=? AND run=?", [agent, run]).fetchone():
             return 0, None  # its rows are being deleted
-        rows = db.execute("SELECT id, n, steps, vals, times FROM entries WHERE agent=? AND run=? AND kind=? AND metric=? "
-                          "AND id>? AND id<=? ORDER BY id LIMIT ?",
+        rows = db.execute("SELECT id, n, steps, vals, times FROM entries WHERE agent=? AND run=? AND kind=? "
+                          "AND metric=? AND id>? AND id<=? ORDER BY id LIMIT ?",
                           [agent, run, KIND_METRIC, metric, self.packed_to.get(key, 0), self.store.cursor(agent),
                            MAX_ROWS]).fetchall()
         chosen, points, settled = _run_of_small(rows)
@@ -100,7 +100,8 @@ class StorePacker:
             return 0, settled
         ids = np.array([r[0] for r in chosen], np.int64)
         counts = np.array([r[1] for r in chosen], np.uint32)
-        blob = packed_chunks.pack(ids, counts, packed_chunks.Points(*(b"".join(r[k] for r in chosen) for k in (2, 3, 4))))
+        joined = packed_chunks.Points(*(b"".join(r[k] for r in chosen) for k in (2, 3, 4)))
+        blob = packed_chunks.pack(ids, counts, joined)
         last = int(ids[-1])
         db.execute(f"DELETE FROM entries WHERE agent=? AND id IN ({','.join('?' * (len(ids) - 1))})",
                    [agent, *ids[:-1].tolist()])
@@ -110,7 +111,7 @@ class StorePacker:
         freed = sum(len(r[2]) + len(r[3]) + len(r[4]) for r in chosen) - len(blob) + 24 * (points - chosen[-1][1])
         freed += (len(chosen) - 1) * (48 + 2 * (len(run.encode()) + len(metric.encode()) + len(agent.encode())))
         db.execute("UPDATE run_bytes SET bytes = MAX(bytes - ?, 0) WHERE agent=? AND run=?", [freed, agent, run])
-        self._repoint(key, ids, np.frombuffer(b"".join(r[2] for r in chosen), np.int64))
+        self._repoint(key, ids, np.frombuffer(joined.steps, np.int64))
         return len(chosen), last
 
     def _repoint(self, key: Stream, ids: np.ndarray, steps: np.ndarray) -> None:
@@ -118,11 +119,12 @@ class StorePacker:
         packed entry instead of them."""
         agent, run, metric = key
         span = WIDTHS[0] * BLOCK
-        prefix = metric + ATTEMPT
         db = self.store.db
-        found = db.execute("SELECT metric, block, ids FROM tiers WHERE agent=? AND run=? AND level=0 AND "
-                           "(metric=? OR substr(metric, 1, ?)=?) AND block BETWEEN ? AND ?",
-                           [agent, run, metric, len(prefix), prefix, int(steps.min()) // span,
+        # the metric's keys: its name, and its name then ATTEMPT and a number (no name holds a control
+        # character, so no other metric's name falls between the two bounds): one range of the key's index
+        found = db.execute("SELECT metric, block, ids FROM tiers WHERE agent=? AND run=? AND metric>=? AND metric<? "
+                           "AND level=0 AND block BETWEEN ? AND ?",
+                           [agent, run, metric, metric + chr(ord(ATTEMPT) + 1), int(steps.min()) // span,
                             int(steps.max()) // span]).fetchall()
         for name, block, listed in found:
             got = np.frombuffer(listed, np.int64)

@@ -94,10 +94,11 @@ class Tiers:
                 elif e[2] == KIND_EVENT and resume_started(unpack_blob(e[9])) is not None:
                     self._resumes.pop((agent, e[1]), None)
         items = []
+        resumes = {key: self.resumes(*key) for key in {(agent, run) for agent, run, _ in groups}}  # once a run
         for (agent, run, metric), chunk in groups.items():
             steps, vals, times = join_chunks([(e[6], e[7], e[8]) for e in chunk])
             ids = np.repeat(np.array([e[0] for e in chunk], np.int64), [e[5] for e in chunk])
-            attempt = np.searchsorted(self.resumes(agent, run), times, "right")  # 0: before any resume
+            attempt = np.searchsorted(resumes[agent, run], times, "right")  # 0: before any resume
             for n in np.unique(attempt).tolist():
                 at = attempt == n
                 items.append(((agent, run, attempt_key(metric, n + 1)), steps[at], vals[at], times[at], ids[at]))
@@ -111,7 +112,8 @@ class Tiers:
             self._resumes, self._version = {}, version
         if (agent, run) not in self._resumes:
             bodies = (unpack_blob(b) for (b,) in self.db.execute(
-                "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? AND metric IS NULL", [agent, run, KIND_EVENT]))
+                "SELECT body FROM entries WHERE agent=? AND run=? AND kind=? AND metric IS NULL",
+                [agent, run, KIND_EVENT]))
             self._resumes[(agent, run)] = np.sort([t for b in bodies if (t := resume_started(b)) is not None])
         return self._resumes[(agent, run)]
 

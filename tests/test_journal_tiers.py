@@ -52,6 +52,15 @@ def new_run(store: Store, run: str) -> None:
     store.commit()
 
 
+def one_run(path, seed: int, n: int, per_turn: int) -> tuple[Store, tuple[np.ndarray, np.ndarray]]:
+    """A journal at ``path`` holding run r1's spiky "loss" of ``n`` points, ``per_turn`` a turn."""
+    store = Store(path)
+    new_run(store, "r1")
+    points = spiky(seed, n)
+    ingest(store, "r1", {"loss": points}, per_turn=per_turn)
+    return store, points
+
+
 def assert_exact(store: Store, run: str, metric: str, steps: np.ndarray, vals: np.ndarray) -> None:
     """These are the metric's points, and every level over the whole range and over a slice is the
     fold of them (with the journal's wall times), bit for bit but for the sums' rounding."""
@@ -177,10 +186,7 @@ def test_a_journal_with_tiers_of_an_older_record_drops_them_and_builds_them_agai
     """Blocks of the 12-field record (before sums and wall times) are not misread: the journal drops
     them at start and builds every run's tiers again from its points, a bounded step at a time."""
     path = tmp_path / "journal.sqlite"
-    store = Store(path)
-    new_run(store, "r1")
-    points = spiky(4, 3000)
-    ingest(store, "r1", {"loss": points}, per_turn=9)
+    store, points = one_run(path, seed=4, n=3000, per_turn=9)
     store.begin()
     store.tiers.flush_all()
     store.commit()
@@ -297,10 +303,7 @@ def test_a_salvaged_journal_builds_its_tiers_again(tmp_path):
     from pilothouse.node.recover import recover
 
     path = tmp_path / "journal.sqlite"
-    store = Store(path)
-    new_run(store, "r1")
-    points = spiky(5, 2000)
-    ingest(store, "r1", {"loss": points}, per_turn=11)
+    store, points = one_run(path, seed=5, n=2000, per_turn=11)
     store.close()
     salvage = recover(path)  # every row copied into a fresh journal; the tiers are not among them
     assert salvage.kept["journal"] > 0 and not any(salvage.lost.values())

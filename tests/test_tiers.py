@@ -267,7 +267,8 @@ def test_many_metrics_folded_in_one_pass_equal_each_folded_alone():
         vals[rng.integers(0, n, max(n // 50, 1))] = np.nan
         items.append(((f"agent{i % 2}", f"m{i}"), steps, vals, steps * 0.5, np.arange(n, dtype=np.int64) // 100 + 1))
     key, steps, vals, times, ids = items[2]
-    items.append((key, steps[:200] - 5, vals[:200], times[:200] + 9, ids[:200] + 1000))  # the same metric again, steps back
+    # the same metric again, steps back
+    items.append((key, steps[:200] - 5, vals[:200], times[:200] + 9, ids[:200] + 1000))
     items = [items[3], items[0], items[2], items[1], items[4]]
 
     def rows(fold) -> list[tuple]:

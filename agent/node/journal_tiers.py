@@ -133,7 +133,7 @@ class JournalTiers:
                 rows = self.conn.execute(
                     "SELECT id, steps, vals, times FROM journal WHERE run=? AND kind=? AND metric=? AND id>? "
                     "ORDER BY id LIMIT ?", [run, KIND_METRIC, metric, cursor, BUILD_ROWS]).fetchall()
-                chunks = [_points(steps, vals, times, build.base) for _, steps, vals, times in rows]
+                chunks = [packed_chunks.row_points(steps, vals, times, build.base) for _, steps, vals, times in rows]
                 if chunks:
                     steps, vals, times = join_chunks(chunks)
                     if len(steps):
@@ -189,10 +189,3 @@ class NotReady(Exception):
         super().__init__(f"the tiers of run {run} are being built; read its points meanwhile")
         self.run = run
 
-
-def _points(steps: bytes, vals: bytes | None, times: bytes | None, base: int) -> tuple[bytes, bytes, bytes]:
-    """A row's (steps, vals, times) blobs; a packed row's points of the entries it joined above id ``base``."""
-    if vals is not None:
-        return steps, vals, times
-    _, got = packed_chunks.unpack(steps, base)
-    return got.steps, got.vals, got.times

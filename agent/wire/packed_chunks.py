@@ -74,6 +74,7 @@ def unpack(blob: bytes, after: int = 0, upto: int | None = None) -> tuple[int, P
     return b - a, Points(steps[a:b].tobytes(), np.ascontiguousarray(vals[a:b]).tobytes(), times[a:b].tobytes())
 
 
-def row_points(steps: bytes, vals: bytes | None, times: bytes | None) -> Points:
-    """A stored row's points: a plain row's blobs as they are, a packed row's (``vals`` None) unpacked."""
-    return Points(steps, vals, times) if vals is not None else unpack(steps)[1]
+def row_points(steps: bytes, vals: bytes | None, times: bytes | None, after: int = 0) -> Points:
+    """A stored row's points: a plain row's blobs as they are, a packed row's (``vals`` None) unpacked,
+    those of its joined entries with an id above ``after``."""
+    return Points(steps, vals, times) if vals is not None else unpack(steps, after)[1]

@@ -112,7 +112,8 @@ class ChartWidget(pg.PlotWidget):
         self.restyle()
 
     def add_curve(self, name: str, color: str | None = None, label: str | None = None,
-                  dashed: bool = False, faint: bool = False, series: StoredSeries | RemoteSeries | StoredGroup | None = None
+                  dashed: bool = False, faint: bool = False,
+                  series: StoredSeries | RemoteSeries | StoredGroup | None = None
                   ) -> Series | StoredSeries | RemoteSeries | StoredGroup:
         """A new curve, empty or drawn from ``series`` (a stored run read from the store's tiers, one
         the store lacks yet read from its agent's tiers, or a group of stored runs),

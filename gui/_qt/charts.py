@@ -270,7 +270,7 @@ class ChartsPanel(QWidget):
             return None
         for (n, _), rec in sorted(lengths.items()):  # each attempt's first step, as a read of its points finds it
             timeline.saw(np.array([n]), rec["xfirst"])
-        cut = {n: min((step for k, step in timeline.first_steps.items() if k > n), default=None) for n in numbered}
+        cut = {n: timeline.cut(n) for n in numbered}
 
         def piece(metric: str, n: int, clip: tuple[float, float]) -> StoredSeries:
             member, i = numbered[n]
@@ -279,7 +279,8 @@ class ChartsPanel(QWidget):
         out = {}
         for metric in metrics:
             ns = sorted(n for n in numbered if (n, metric) in lengths)
-            out[metric] = (StoredPieces([piece(metric, n, (LOWEST, HIGHEST if cut[n] is None else cut[n])) for n in ns]),
+            out[metric] = (StoredPieces([piece(metric, n, (LOWEST, HIGHEST if cut[n] is None else cut[n]))
+                                         for n in ns]),
                            StoredPieces([piece(metric, n, (cut[n], HIGHEST)) for n in ns if cut[n] is not None]))
         return out
 
