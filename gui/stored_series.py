@@ -129,6 +129,13 @@ class StoredPieces(_Stored):
     first step for the run's curve, those from there on for its superseded points), in step order;
     a frame draws each piece on its share of the columns, joined into one line."""
 
+    def append(self, xs: np.ndarray, ys: np.ndarray) -> None:
+        """Live points are the latest attempt's (a new resume reloads the charts): only the last
+        piece's extent is out of date.  A clipped piece's extent splits buckets at its edges down to
+        points, so forgetting every piece's would cost each live frame that much per piece."""
+        if self.parts:
+            self.parts[-1].append(xs, ys)
+
     def view(self, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
         x0, x1 = min(x0, x1), max(x0, x1)
         drawn = []

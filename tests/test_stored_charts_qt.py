@@ -265,3 +265,11 @@ def test_a_long_run_resumed_on_the_same_node_is_drawn_from_each_attempts_tiers(q
     assert not ((xs > times1[resumed_at - 1]) & (xs < times2[0])).any()  # nothing of attempt 1 past step 80,000
     xs, ys = old.raw.getData()
     assert xs.min() == times1[resumed_at] and xs.max() == times1[-1] and (ys > 0).all()
+    times3 = times2[-1] + 1 + np.arange(500) * 0.01
+    live = Entry(5, "r1", "m", "loss", 0, 500, np.arange(last, last + 500).tobytes(), np.full(500, -7.0).tobytes(),
+                 times3.tobytes(), None)
+    store.write_page(A, [live], 5)  # attempt 2 goes on: the link stores the page, then the UI hears of it
+    panel.add_entries(A, [live])
+    chart.flush()
+    xs, ys = curve.raw.getData()  # followed: the curve and its extent reach the new points
+    assert xs.max() == times3[-1] and -7.0 in ys and curve.series.x_range() == (times1[0], times3[-1])
