@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from pilothouse.wire.messages import pack, unpack  # noqa: E402
 from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+NOBODY = pwd.getpwnam("nobody")  # the second local user of the tests that need one
 
 
 def as_owner(sock: zmq.Socket) -> zmq.Socket:
@@ -58,6 +60,19 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05, what: s
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def as_nobody(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``code`` as the local user nobody, with a home of its own: its own local keys, no access
+    to the owner's files; what a stranger on a shared GPU node can do."""
+    home = Path(tempfile.mkdtemp(prefix="pilothouse-nobody-"))
+    os.chown(home, NOBODY.pw_uid, NOBODY.pw_gid)
+    script = home / "probe.py"
+    script.write_text(textwrap.dedent(code))
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run(["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups",
+                           sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=home)
 
 
 class AgentProcess:

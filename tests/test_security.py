@@ -13,14 +13,12 @@ import ast
 import ipaddress
 import json
 import os
-import pwd
 import signal
 import sqlite3
 import stat
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -29,8 +27,10 @@ import pytest
 import zmq
 from conftest import (
     LOOP_UNTIL_STOPPED,
+    NOBODY,
     ROOT,
     AgentProcess,
+    as_nobody,
     finish,
     free_port,
     run_cli,
@@ -504,20 +504,6 @@ def test_garbage_on_the_curve_port_changes_nothing(tmp_path, guarded):
 
 # --- another user on the same node (a real second user: `nobody`, through setpriv) ---------------------
 
-def as_nobody(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run ``code`` as the local user nobody, with a home of its own: its own local keys, no access
-    to the owner's files; what a stranger on a shared GPU node can do."""
-    home = Path(tempfile.mkdtemp(prefix="pilothouse-nobody-"))
-    os.chown(home, NOBODY.pw_uid, NOBODY.pw_gid)
-    script = home / "probe.py"
-    script.write_text(textwrap.dedent(code))
-    env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups",
-                           sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=home)
-
-
-NOBODY = pwd.getpwnam("nobody")
 
 STRANGER = """
 import json, struct, sys, time
