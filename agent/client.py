@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import zmq
@@ -36,7 +37,7 @@ from pilothouse.wire.messages import (
 )
 from pilothouse.wire.records import check_rollouts
 from pilothouse.wire.rollouts import MAX_SEARCH_HITS, unpack_batch
-from pilothouse.wire.urls import DEFAULT_URL, check_url
+from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT, check_url
 
 MAX_GATHER = 64  # messages ``follow`` takes from its queue into one page at most (an agent's most credit)
 
@@ -107,13 +108,21 @@ class Client:
         return self._failed
 
     def _unavailable(self) -> AgentUnavailable:
-        """Why no answer came: a refused or failed CURVE handshake says so, anything else is silence."""
+        """Why no answer came: a refused or failed CURVE handshake says so, a program that is not ZeroMQ
+        holding the port too (else "start one" sends the user to an agent that cannot bind it);
+        anything else is silence."""
         events = set(self._handshakes())
         self._reset()
         if zmq.EVENT_HANDSHAKE_FAILED_AUTH in events:
             return AgentUnavailable(self._curve.refused(self.url), refused=True)
         if events:
             return AgentUnavailable(self._curve.failed(self.url), refused=True)
+        if self.url.startswith("tcp://") and _squatted(self.url):
+            return AgentUnavailable(f"something else, not a pilothouse agent, listens at {self.url} (it does not "
+                                    f"speak ZeroMQ): another program holds port {urlsplit(self.url).port}; run the "
+                                    f"agent on another port (`pilothouse agent --bind tcp://127.0.0.1:PORT`) and "
+                                    f"point clients at it (`--agent tcp://127.0.0.1:PORT`, or ${ENV_AGENT})",
+                                    refused=True)
         return AgentUnavailable(f"no answer from the agent at {self.url} within {self.timeout:g} s "
                                 f"(start one with `pilothouse agent`)")
 
@@ -442,6 +451,25 @@ def reachable(url: str, timeout: float = 0.3) -> bool:
             return True
         except AgentUnavailable:
             return False
+
+
+def _squatted(url: str, wait: float = 0.5) -> bool:
+    """Whether what takes TCP connections at ``url`` is not ZeroMQ: every ZeroMQ socket (a busy
+    agent's too) greets a connection at once from its I/O thread, its first byte 0xff.  Nobody
+    listening, or a connection closed at once (an SSH tunnel with no agent at its far end), is no squatter."""
+    parts = urlsplit(url)
+    try:
+        conn = socket.create_connection((parts.hostname, parts.port), timeout=wait)
+    except OSError:
+        return False  # refused, or no answer to the connection itself: nothing there to name
+    with conn:
+        try:
+            first = conn.recv(1)
+        except TimeoutError:
+            return True  # it took the connection and says nothing: an HTTP server, a bare listener
+        except OSError:
+            return False
+    return first not in (b"", b"\xff")
 
 
 def _hit(hit: Any) -> bool:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import logging
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
@@ -15,14 +17,48 @@ from pilothouse.wire.checks import INT64_MAX, check_int
 from pilothouse.wire.entries import entry_points
 from pilothouse.wire.urls import check_url
 
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+# invisible code points (Unicode's Default_Ignorable) that str.isprintable() lets through: Hangul
+# fillers, Khmer vowels, Mongolian and other variation selectors, the combining grapheme joiner
+_BLANK = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]")
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell starting with these
 
 
 def printable(value: Any) -> str:
-    """Text from the wire (a trainer's detail, a run's name) as it may reach a terminal or a label:
-    control, bidi and zero-width characters shown as escapes, never acted on (ESC [2J clears a screen)."""
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(value))
+    """Text from the wire (a trainer's detail, a run's name, who a peer claims to be) as it may reach
+    a terminal, a label or a log line: what is not a visible character or a space shown as an escape,
+    never acted on.  Controls (ESC [2J clears a screen, BEL rings), bidi and other format characters
+    (U+202E, U+061C reorder text), line and paragraph separators (U+2028 breaks a line in some
+    readers), zero-width and tag characters (U+2060, U+E0041 hide text), private-use, unassigned and
+    surrogate code points: every category Python's ``str.isprintable`` refuses but spaces (Zs)."""
+    text = str(value)
+    if text.isprintable() and not _BLANK.search(text):  # nearly every text: one pass in C
+        return text
+    return "".join(_escape(c) if _hidden(c) else c for c in text)
+
+
+def _hidden(c: str) -> bool:
+    return (not c.isprintable() and unicodedata.category(c) != "Zs") or _BLANK.match(c) is not None
+
+
+def _escape(c: str) -> str:
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
+class PrintableFormatter(logging.Formatter):
+    """The agent's log lines hold what peers sent (who a client claims to be, a run's name, a
+    refused message): the line goes through ``printable``, so ESC or BEL in a claimed user name
+    never reaches whoever reads ``agent.log`` in a terminal, and a newline in it cannot forge a
+    line.  A traceback keeps its lines, each made printable."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return "\n".join(map(printable, super().formatException(ei).split("\n")))
+
+    def formatStack(self, stack_info: str) -> str:
+        return "\n".join(map(printable, super().formatStack(stack_info).split("\n")))
 
 
 def csv_cell(text: str) -> str:

@@ -18,6 +18,7 @@ with the reason and never added.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -195,7 +196,10 @@ def _reach(n: Node, way: str, ref_url: str, here: str, known: Mapping[str, str],
         port += 1
     ports.add(port)
     url = f"tcp://127.0.0.1:{port}"
-    tunnel = tunnel_command(port, {"host": n.host, "agent": n.agent})
+    try:
+        tunnel = tunnel_command(port, {"host": n.host, "agent": n.agent})
+    except ValueError as exc:  # a host no command copied to the clipboard may name
+        return Node(n.host, n.agent, n.ranks, problem=str(exc))
     if way == "tunnel" and ref_url in known and url not in known:  # the first tunnel's key is pinned
         return Node(n.host, n.agent, n.ranks, url=url, tunnel=tunnel,
                     problem=_no_key(url, n.host, client_key, pinned=ref_url))
@@ -206,7 +210,8 @@ def _no_key(url: str, host: str, client_key: str | None, listen: int | None = No
     """Which key is missing for ``url`` and the commands that get it."""
     why = f"the tunnel to {pinned} has a pinned agent key, this one has none" if pinned else \
         f"no agent key known for {url}"
-    steps = [f"on {host} run `pilothouse keys show`, then here `pilothouse keys trust {url} AGENT_KEY`"]
+    trust = shlex.join(["pilothouse", "keys", "trust", url, "AGENT_KEY"])  # pasted into a shell: quoted
+    steps = [f"on {host} run `pilothouse keys show`, then here `{trust}`"]
     if listen is not None:
         allow = f"`pilothouse keys allow {client_key} --name NAME`" if client_key else \
             "`pilothouse keys allow CLIENT_KEY --name NAME` (CLIENT_KEY: `pilothouse keys show` here)"

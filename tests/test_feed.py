@@ -20,7 +20,7 @@ def test_a_big_turn_reaches_a_caught_up_reader_in_bounded_pages_and_every_point_
     store.upsert_run({"run": "r1", "rank": 0, "project": "p", "name": "n", "config": {}, "host": "h", "pid": 1}, 0.0)
     store.commit()
     pages: list[dict] = []
-    feed = ReaderFeed(store, lambda ident, msg: pages.append(msg) or True, timeout=60)
+    feed = ReaderFeed(store, lambda ident, msg: pages.append(msg) or True, timeout=60, admits=lambda key: True)
     feed.subscribe(b"app", {"after": store.head, "credit": 64})
     feed.feed(store.head, [])  # the answer to the sub: an empty page
     assert pages.pop()["entries"] == []

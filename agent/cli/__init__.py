@@ -11,7 +11,7 @@ from pilothouse.cli import alerts, app, archive, key_metric, keys, read, retenti
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Command, positive
 from pilothouse.client import AgentError
 from pilothouse.security import ENV_KEYS, SecurityError
-from pilothouse.text import url_arg
+from pilothouse.text import printable, url_arg
 from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT
 
 
@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
-    except AgentError as exc:
-        print(f"pilothouse: {exc}", file=sys.stderr)
+    except AgentError as exc:  # its text is the agent's (or whatever answered there): shown, never acted on
+        print(printable(f"pilothouse: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     except SecurityError as exc:
         print(f"pilothouse: {exc}", file=sys.stderr)

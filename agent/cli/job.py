@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import socket
 import sys
 
@@ -33,8 +34,11 @@ def cmd_job(args: argparse.Namespace) -> int:
         state = _state(url, run_id, args) if url else None
         if url is None:
             port = TUNNEL_PORT + len(tunnels)
-            tunnels.append(tunnel_command(port, node))
-            urls.append(f"tcp://127.0.0.1:{port}")
+            try:
+                tunnels.append(tunnel_command(port, node))
+                urls.append(f"tcp://127.0.0.1:{port}")
+            except ValueError as exc:  # a host no pasted command may name
+                state = {"status": str(exc)}
         else:
             urls.append(url)
         rows.append({**node, "reached": url, **(state or {})})
@@ -56,7 +60,8 @@ def cmd_job(args: argparse.Namespace) -> int:
         print("reach the other nodes from here (one tunnel each, to their loopback agents):")
         for t in tunnels:
             print(printable(f"  {t}"))
-    print("open the whole job in the app: pilothouse gui " + " ".join(f"--agent {u}" for u in urls))
+    print(printable("open the whole job in the app: "
+                    + shlex.join(["pilothouse", "gui", *(a for u in urls for a in ("--agent", u))])))
     return 0 if all(r["reached"] is None or r.get("status") for r in rows) else EXIT_ERROR
 
 

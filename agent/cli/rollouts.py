@@ -8,7 +8,6 @@ import json
 import math
 import shutil
 import sys
-import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +21,6 @@ TEXT_LINES = 3  # lines shown of a prompt or a completion
 MAX_LIMIT = 1_000_000
 TEXTS = ("prompt", "completion")
 NUMBERS = ("reward", "advantage")  # first on a row's line of numbers, then rewards/*, then the rest
-_HIDDEN = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))  # what printable() leaves of them: U+2028, U+061C, ...
 
 
 def add_parser(reader: Reader) -> None:
@@ -96,7 +94,7 @@ def cmd_rollouts(args: argparse.Namespace) -> int:
         field = args.sort.removeprefix("-")
         if not any(_number(row.get(field)) is not None for b in batches for row in b["rows"]):
             fields = sorted({k for b in batches for row in b["rows"] for k, v in row.items() if _number(v) is not None})
-            print(_safe(f"pilothouse: no rollout row of run {run} has a number {field!r} to sort by; "
+            print(printable(f"pilothouse: no rollout row of run {run} has a number {field!r} to sort by; "
                         f"numbers there: {', '.join(fields) or 'none'}"), file=sys.stderr)
             return 1
     for i, batch in enumerate(batches):
@@ -123,7 +121,7 @@ def _search(args: argparse.Namespace) -> int:
     else:
         width = max(40, shutil.get_terminal_size((100, 24)).columns)
         found = f"{len(hits)} row{'s' * (len(hits) != 1)}" + (" (the newest: use --limit)" * (len(hits) == limit))
-        lines = [_safe(f"== run {run}: {found} holding {args.search!r}")]
+        lines = [printable(f"== run {run}: {found} holding {args.search!r}")]
         for hit in hits:
             lines.extend(_row_lines(f"step {hit['step']} row {hit['row']}", hit["rollout"], width))
         print("\n".join(lines))
@@ -155,7 +153,7 @@ def _text_view(run: str, step: int, rows: list[dict], limit: int | None) -> list
     width = max(40, shutil.get_terminal_size((100, 24)).columns)
     rewards = [r for r in (_number(row.get("reward")) for row in rows) if r is not None]
     mean = f", mean reward {fmt_value(sum(rewards) / len(rewards))}" if rewards else ""
-    lines = [_safe(f"== run {run} step {step}: {len(rows)} row{'s' * (len(rows) != 1)}{mean}")]
+    lines = [printable(f"== run {run} step {step}: {len(rows)} row{'s' * (len(rows) != 1)}{mean}")]
     shown = rows[:limit or TEXT_ROWS]
     for i, row in enumerate(shown, 1):
         lines.extend(_row_lines(str(i), row, width))
@@ -167,7 +165,7 @@ def _text_view(run: str, step: int, rows: list[dict], limit: int | None) -> list
 def _row_lines(label: str, row: dict, width: int) -> list[str]:
     """A row's numbers on one line after ``[label]``, then a block per text field."""
     numbers = "  ".join(f"{k[:60]}={_value(row[k])}" for k in _numbers(row))
-    lines = [_clip(_safe(f"[{label}] {numbers}"), width)]
+    lines = [_clip(printable(f"[{label}] {numbers}"), width)]
     for key in [*TEXTS, *(k for k, v in row.items() if isinstance(v, str) and k not in TEXTS)]:
         if key in row:
             lines.extend(_block(key, row[key], width))
@@ -186,19 +184,14 @@ def _value(value: Any) -> str:
 def _block(key: str, text: str, width: int) -> list[str]:
     """A text field: its first TEXT_LINES lines, each cut to the terminal's width, with an ellipsis
     where anything was left out."""
-    label = _safe(key)[:12].ljust(12) + " "
+    label = printable(key)[:12].ljust(12) + " "
     lines = text.splitlines() or [""]
-    out = [_clip(" " * 4 + (label if i == 0 else " " * len(label)) + _safe(line[:width].expandtabs(4)), width)
+    out = [_clip(" " * 4 + (label if i == 0 else " " * len(label)) + printable(line[:width].expandtabs(4)), width)
            for i, line in enumerate(lines[:TEXT_LINES])]
     if len(lines) > TEXT_LINES:
         tail = f" … (+{len(lines) - TEXT_LINES} more lines)"
         out[-1] = _clip(out[-1], width - len(tail)) + tail
     return out
-
-
-def _safe(text: str) -> str:
-    """printable(), and escapes for the invisible characters it lets through."""
-    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in _HIDDEN else c for c in printable(text))
 
 
 def _clip(line: str, width: int) -> str:

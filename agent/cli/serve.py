@@ -14,7 +14,7 @@ from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, positive
 from pilothouse.cli.watch import NEEDS
 from pilothouse.paths import default_data_dir
 from pilothouse.security import Keyring
-from pilothouse.text import printable, url_arg
+from pilothouse.text import PrintableFormatter, printable, url_arg
 from pilothouse.wire.urls import DEFAULT_URL
 
 
@@ -42,7 +42,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     from pilothouse.node.server import Agent
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=args.log_level, handlers=[handler])
     logging.raiseExceptions = False  # a log line that cannot be written (a full disk) is dropped, not a traceback
     data = args.data or default_data_dir()
     if args.recover:
@@ -58,7 +60,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except zmq.ZMQError as exc:
         where = args.bind if args.listen is None else f"{args.bind} / {args.listen}"
-        print(f"pilothouse agent: cannot listen on {where}: {exc} (is another agent running?)", file=sys.stderr)
+        print(f"pilothouse agent: cannot listen on {where}: {exc} (is another agent running? `pilothouse runs "
+              f"--agent {args.bind}` says what listens there)", file=sys.stderr)
         return EXIT_ERROR
     except (OSError, sqlite3.Error) as exc:
         print(f"pilothouse agent: cannot use data directory {data}: {exc}", file=sys.stderr)

@@ -122,7 +122,7 @@ class Agent:
         self._acks: dict[tuple[bytes, str, int], int] = {}
         self._replies: list[tuple[bytes, dict, bool]] = []  # sent once the turn's writes are committed
         self._stop = threading.Event()
-        self.feed = ReaderFeed(self.store, self._send, reader_timeout)
+        self.feed = ReaderFeed(self.store, self._send, reader_timeout, self._admits)
         self._system_run = self._register_system_run()
         self.liveness = Liveness(self.store, self.host, stale_after)
         self.sessions = Sessions(self.host, stale_after)
@@ -410,12 +410,17 @@ class Agent:
             raise
         except Exception as exc:  # a frame the checks themselves choke on (RecursionError, MemoryError)
             raise ProtocolError(f"message could not be checked ({type(exc).__name__})") from None
-        if client_key is not None and self.remote is not None and self.remote.allow.name(client_key) is None:
+        if client_key is not None and not self._admits(client_key):
             raise ProtocolError("this client's key is no longer allowed on this agent")
         if client_key is not None and msg["t"] not in REMOTE_TYPES:
             raise ProtocolError(f"{msg['t']!r} is not accepted from the network: trainers connect to the "
                                 "agent's loopback address")
         return msg
+
+    def _admits(self, client_key: str) -> bool:
+        """Whether a network client's key is on the allow-list now: ZAP checks it once, when the
+        connection opens; this, for every message and every page after (a revoked key is cut off)."""
+        return self.remote is not None and self.remote.allow.name(client_key) is not None
 
     def _failed(self, what: str, exc: Exception) -> None:
         """An unexpected error (in a message, a turn, a timer): the first is logged with its traceback,
@@ -453,7 +458,7 @@ class Agent:
         elif kind == "q":
             self._on_query(ident, msg, client_key)
         elif kind == "sub":
-            self.feed.subscribe(ident, msg)
+            self.feed.subscribe(ident, msg, client_key)
         elif kind == "credit":
             self.feed.credit(ident, msg["n"])
         elif kind == "unsub":

