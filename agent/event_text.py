@@ -231,8 +231,8 @@ def _loss(body: Mapping, asked: Mapping | None) -> str:
     seqs = (f" (records {body['first_seq']} to {body['last_seq']})"
             if body.get("first_seq") is not None and body.get("last_seq") is not None else "")
     rank = f" of rank {body['rank']}" if body.get("rank") is not None else ""
-    return (f"lost {n} record{'s' if n != 1 else ''}{rank}{seqs}: the trainer dropped them when its buffer "
-            "was full")
+    why = _text(body["detail"]) if body.get("detail") else "the trainer dropped them when its buffer was full"
+    return f"lost {n} record{'s' if n != 1 else ''}{rank}{seqs}: {why}"
 
 
 def _rules(body: Mapping, asked: Mapping | None) -> str:

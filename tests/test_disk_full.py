@@ -40,8 +40,8 @@ def _fill(path: Path) -> None:
 def small_disk(tmp_path):
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,mode=0700", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m,mode=0700", "tmpfs", str(mount)],
+                          check=False, capture_output=True, text=True)
     if done.returncode != 0:
         pytest.fail(f"cannot mount a tmpfs for the full-disk test ({done.stderr.strip()}): run the tests as root")
     yield mount
@@ -99,3 +99,124 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_loses_nothing_once_space_ret
     finally:
         run.finish(timeout=10)
         proc.stop()
+
+
+def _run_row(proc: AgentProcess, run_id: str) -> dict:
+    with Client(proc.url, timeout=10) as client:
+        return next(r for r in client.runs() if r["id"] == run_id)
+
+
+def _log(run, start: int, count: int, names: list[str]) -> int:
+    for step in range(start, start + count):
+        run.log({n: float(step) for n in names}, step=step)
+    return start + count
+
+
+@pytest.mark.timeout(120)
+def test_a_trainer_through_full_partly_freed_and_free_keeps_every_acked_point_and_counts_its_drops(small_disk):
+    """While the disk is short the run's LOST already says what the trainer's small buffer dropped
+    (the bookkeeping fits in the headroom), the WAL is truncated, and once space returns every
+    point the trainer still held is stored: stored + LOST = logged."""
+    data = small_disk / "agent"
+    proc = AgentProcess(data, free_port(), ["--stale-after", "30"]).start()
+    run = ph.init(project="disk", name="cycle", agent=proc.url, heartbeat=0.2, buffer_mb=1)
+    names = [f"m{i}" for i in range(5)]
+    try:
+        step = _log(run, 0, 20000, names)
+        assert run.flush(20)
+        wal = data / "journal.sqlite-wal"
+        grown = wal.stat().st_size
+        assert grown > 1 << 20  # a WAL that only a truncating checkpoint gives back
+        part, filler = small_disk / "part", small_disk / "filler"
+        part.write_bytes(bytes(24 << 20))
+        _fill(filler)
+        step = _log(run, step, 30000, names)
+        wait_until(lambda: run.stats["dropped_records"] > 0 and "disk full:" in run.stats["last_error"],
+                   what="the trainer dropping records on a full disk")
+        part.unlink()  # partly freed: less than the headroom new data needs
+        step = _log(run, step, 30000, names)
+        wait_until(lambda: _run_row(proc, run.id)["lost_records"] == run.stats["dropped_records"], timeout=20,
+                   what="LOST written while the disk is short")
+        dropped = run.stats["dropped_records"]
+        with Client(proc.url, timeout=10) as client:
+            assert client.ping()["disk_full"].startswith("disk full: ")
+        wait_until(lambda: wal.stat().st_size < grown // 2, what="the WAL truncated while space is short")
+        listing = run_cli("runs", "--agent", proc.url)
+        assert f"{dropped} rec" in listing.stdout, listing.stdout
+
+        filler.unlink()
+        assert run.flush(60), run.stats
+        assert run.stats["dropped_records"] == dropped
+        with Client(proc.url, timeout=10) as client:
+            kept = client.series(run.id, "m0")[0].tolist()
+            wait_until(lambda: client.ping()["disk_full"] is None, what="the state cleared")
+        assert kept == sorted(set(kept)) and kept[-1] == step - 1
+        assert len(kept) + dropped == step  # every record the trainer did not drop was stored, once
+        assert _run_row(proc, run.id)["lost_records"] == dropped
+    finally:
+        run.finish(timeout=10)
+        proc.stop()
+    assert "Traceback" not in proc.log.read_text()
+
+
+@pytest.mark.timeout(120)
+def test_an_agent_started_on_a_full_disk_answers_reads_and_stores_again_once_space_returns(small_disk):
+    data = small_disk / "agent"
+    proc = AgentProcess(data, free_port(), ["--stale-after", "30"]).start()
+    before = ph.init(project="disk", name="before", agent=proc.url)
+    _log(before, 0, 100, ["loss"])
+    assert before.finish(timeout=20)
+    proc.stop()
+    filler = small_disk / "filler"
+    _fill(filler)
+
+    proc.start()  # the reserve it kept is given back: the journal opens, read-only
+    run = ph.init(project="disk", name="after", agent=proc.url, heartbeat=0.2)
+    try:
+        listing = run_cli("runs", "--agent", proc.url)
+        assert listing.returncode == 0 and "before" in listing.stdout and "disk full:" in listing.stderr
+        with Client(proc.url, timeout=10) as client:
+            assert len(client.series(before.id, "loss")[0]) == 100
+        _log(run, 0, 50, ["loss"])
+        wait_until(lambda: "disk full:" in run.stats["last_error"], what="the records refused")
+        filler.unlink()
+        assert run.flush(30), run.stats
+        with Client(proc.url, timeout=10) as client:
+            assert client.series(run.id, "loss")[0].tolist() == list(range(50))
+            wait_until(lambda: client.ping()["disk_full"] is None, what="the state cleared")
+    finally:
+        run.finish(timeout=10)
+        proc.stop()
+    assert (data / "space.reserve").stat().st_size > 0  # made again once space returned
+    assert "Traceback" not in proc.log.read_text()
+
+
+@pytest.mark.timeout(120)
+def test_a_trainer_that_ends_on_a_disk_full_to_the_last_byte_leaves_its_loss_counted(small_disk):
+    """No byte left even for bookkeeping (the reserve the agent gave back is taken too): the trainer's
+    loss counters and last floor wait in the agent's memory and are written once space returns."""
+    data = small_disk / "agent"
+    proc = AgentProcess(data, free_port(), ["--stale-after", "30"]).start()
+    run = ph.init(project="disk", name="gone", agent=proc.url, heartbeat=0.2, buffer_mb=1)
+    names = [f"m{i}" for i in range(5)]
+    try:
+        step = _log(run, 0, 100, names)
+        assert run.flush(20)
+        _fill(small_disk / "filler")
+        step = _log(run, step, 30000, names)
+        wait_until(lambda: not (data / "space.reserve").exists(), what="the reserve given back")
+        _fill(small_disk / "filler-2")
+        assert not run.finish(timeout=2)  # the trainer gives up and goes, its unacked records with it
+        dropped = run.stats["dropped_records"]
+        assert dropped > 0
+        (small_disk / "filler").unlink()
+        (small_disk / "filler-2").unlink()
+        with Client(proc.url, timeout=10) as client:
+            kept = len(client.series(run.id, "m0")[0])
+        wait_until(lambda: _run_row(proc, run.id)["lost_records"] == step - kept, timeout=20,
+                   what="the loss written once space returned")
+        row = _run_row(proc, run.id)
+        assert row["dropped_records"] == dropped and step - kept > dropped  # dropped, and unacked at the end
+    finally:
+        proc.stop()
+    assert "Traceback" not in proc.log.read_text()

@@ -40,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParse
 def cmd_agent(args: argparse.Namespace) -> int:
     import zmq
 
+    from pilothouse.node.data_lock import DataLocked
     from pilothouse.node.server import Agent
 
     handler = logging.StreamHandler()
@@ -58,6 +59,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"pilothouse agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except DataLocked as exc:
+        print(printable(f"pilothouse agent: {exc}"), file=sys.stderr)
+        return EXIT_ERROR
     except zmq.ZMQError as exc:
         where = args.bind if args.listen is None else f"{args.bind} / {args.listen}"
         print(f"pilothouse agent: cannot listen on {where}: {exc} (is another agent running? `pilothouse runs "
@@ -97,23 +101,31 @@ def _watcher(args: argparse.Namespace) -> Any:
 
 
 def _recover(args: argparse.Namespace, data: Path) -> int:
-    from pilothouse.client import reachable
+    """The agent's lock on the folder is taken first (an agent on any port holds it), then every
+    table is copied and what could not be kept is said: rows, whole tables, and each run's points."""
+    from pilothouse.node.data_lock import DataLocked
     from pilothouse.node.recover import recover
 
     journal = data / "journal.sqlite"
     if not journal.is_file():
         print(f"pilothouse agent: no journal at {journal}", file=sys.stderr)
         return EXIT_USAGE
-    if reachable(args.bind, timeout=1.0):
-        print(f"pilothouse agent: an agent answers on {args.bind}; stop it before --recover", file=sys.stderr)
-        return EXIT_ERROR
     try:
         salvage = recover(journal)
+    except DataLocked as exc:
+        print(printable(f"pilothouse agent: {exc}"), file=sys.stderr)
+        return EXIT_ERROR
     except (OSError, sqlite3.Error) as exc:
         print(f"pilothouse agent: cannot recover {journal}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     for table, kept in salvage.kept.items():
         lost = salvage.lost[table]
-        print(f"{table}: {kept} rows kept" + (f", {lost} unreadable" if lost else ""))
+        print(printable(f"{table}: {kept} rows kept" + (f", {lost} unreadable" if lost else "")))
+    for table, why in salvage.dropped.items():
+        print(printable(f"{table}: NOT COPIED, none of it could be read ({why})"))
+    short = {run: (kept, had) for run, (kept, had) in salvage.points.items() if kept < had}
+    for run, (kept, had) in short.items():
+        print(printable(f"run {run}: {kept} of {had} points kept, {had - kept} lost (counted in its LOST)"))
+    print(f"{len(salvage.points) - len(short)} run(s) kept every point")
     print(f"new journal at {journal}; the damaged one is {salvage.damaged}")
     return 0

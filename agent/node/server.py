@@ -25,21 +25,25 @@ from pilothouse.db import private_dir
 from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.compactor import Compactor
+from pilothouse.node.data_lock import DataLock
 from pilothouse.node.disk_space import REMIND_EVERY, DiskSpace, is_disk_full
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.import_desk import ImportDesk
 from pilothouse.node.journal import Store
 from pilothouse.node.journal_tiers import NotReady
+from pilothouse.node.limits import LOCAL_CONNECTIONS, REMOTE_CONNECTIONS, Doorman, raise_fd_limit, tune
 from pilothouse.node.liveness import HELLO, Liveness, Session, Sessions, ended_as
+from pilothouse.node.losses import UnsavedLosses
 from pilothouse.node.recover import corrupt_message, is_corrupt
 from pilothouse.node.retention import Retention
 from pilothouse.node.rules_file import load_rules
+from pilothouse.node.run_owners import RunOwners
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.rollout_search import ROW_BITS
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
 from pilothouse.tiers import LEVELS, RECORD, WIDTHS, columns
 from pilothouse.version import __version__
-from pilothouse.wire.checks import SYSTEM_RUN_PREFIX, check_int, check_name, check_step_bound, query_arg
+from pilothouse.wire.checks import ENV_TOKEN, SYSTEM_RUN_PREFIX, check_int, check_name, check_step_bound, query_arg
 from pilothouse.wire.entries import check_kinds
 from pilothouse.wire.messages import (
     MAX_INBOUND_BYTES,
@@ -58,7 +62,6 @@ from pilothouse.wire.watched import USER_KINDS, WATCHED
 
 log = logging.getLogger("pilothouse.agent")
 
-RCVHWM = 16
 TURN_MESSAGES = 2000  # bound one turn so acks and readers are never starved
 TURN_SECONDS = 0.05
 TURN_BYTES = MAX_INBOUND_BYTES  # what one turn decodes and holds at once: a fast trainer's backlog waits in ZeroMQ
@@ -94,24 +97,35 @@ class Agent:
                              f"CLIENT_PUBLIC_KEY`), or reach this node through an SSH tunnel to its loopback port "
                              f"(ssh -N -L 7766:127.0.0.1:7766 node).")
         self.data_dir = Path(data_dir)
+        raise_fd_limit()
         self._ctx = zmq.Context()
         self.gate = Gate(self._ctx)  # ZAP on the agent's own context: the owner locally, listed keys remotely
         self.sock = self._ctx.socket(zmq.ROUTER)
         _tune(self.sock)
+        self.doors = [Doorman(self.sock, LOCAL_CONNECTIONS, strangers=True, what=f"loopback {bind}")]  # see limits
         self.remote: CurveListener | None = None
         try:
             self.gate.local(self.sock, local_keyring())
             if listen is not None:
                 self.remote = CurveListener(self._ctx, self.gate, listen, keys if keys is not None else Keyring())
                 _tune(self.remote.sock)
+                self.doors.append(Doorman(self.remote.sock, REMOTE_CONNECTIONS, strangers=False, what=listen))
                 self.remote.sock.bind(self.remote.url)
             self.sock.bind(self.bind)  # before touching the data dir: a busy port leaves nothing behind
+            for door in self.doors:
+                door.bound()
             private_dir(self.data_dir)
-            self.space = DiskSpace(self.data_dir)
+            # one agent per journal, for its whole life (see node.data_lock)
+            self.lock = DataLock(self.data_dir, "starting another on it (or give this one another --data)")
+            journal = self.data_dir / "journal.sqlite"
+            self.space = DiskSpace(self.data_dir, journal.with_name(journal.name + "-wal"))
+            self.space.start()  # on a full disk: room to open the journal, read-only until space returns
             self.damaged: str | None = None  # set when a read or write meets a damaged journal page
-            self.store = Store(self.data_dir / "journal.sqlite")
+            self.store = Store(journal)
         except BaseException:
             self._close_sockets()
+            if hasattr(self, "lock"):
+                self.lock.release()
             raise
         self.store.db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it off the loop
         self.host = socket.gethostname()
@@ -120,12 +134,14 @@ class Agent:
         self.bad_frames = 0
         self.internal_errors = 0
         self._acks: dict[tuple[bytes, str, int], int] = {}
+        self._losses = UnsavedLosses()  # trainers' loss counters, until a commit holds them
         self._replies: list[tuple[bytes, dict, bool]] = []  # sent once the turn's writes are committed
         self._stop = threading.Event()
         self.feed = ReaderFeed(self.store, self._send, reader_timeout, self._admits)
         self._system_run = self._register_system_run()
         self.liveness = Liveness(self.store, self.host, stale_after)
         self.sessions = Sessions(self.host, stale_after)
+        self.owners = RunOwners(self.store.db, self.sessions, self.liveness, self.host)
         self._refusals: dict[tuple[str, int], tuple[float, int]] = {}  # (run, rank) -> (last audited, since)
         self.commands = CommandDesk(self.store, self.liveness, self._reply)
         self.alerts = AlertDesk(self.store, self.liveness, self.commands, self._system_run, alerts, file_rules)
@@ -158,7 +174,7 @@ class Agent:
             log.info("CurveZMQ listener on %s, agent key %s, %d client(s) allowed", self.remote.url,
                      self.remote.public, len(self.remote.allow.ring.allowed()))
         poller = zmq.Poller()
-        for sock in self._sockets():
+        for sock in self._sockets() + [door.monitor for door in self.doors]:
             poller.register(sock, zmq.POLLIN)
         checkpointer = threading.Thread(target=self._checkpoint_loop, name="wal-checkpointer", daemon=True)
         checkpointer.start()
@@ -167,10 +183,14 @@ class Agent:
             while not self._stop.is_set():
                 now = time.monotonic()
                 behind = self.feed.behind()
-                busy = behind or self.retention.pending() or self.compactor.pending() or self.store.index_due \
-                    or bool(self.store.tiers.building)
+                busy = behind or self.retention.pending() or not self.space.full_since and (
+                    self.compactor.pending() or self.store.index_due or bool(self.store.tiers.building))
                 timeout = 0 if busy else max(0.0, min(next_sample, next_check) - now)
-                if poller.poll(int(min(timeout, 0.2) * 1000)):
+                ready = dict(poller.poll(int(min(timeout, 0.2) * 1000)))
+                for door in self.doors:
+                    if door.monitor in ready:  # before the turn: one past its share is shut before it sends much
+                        door.admit()
+                if any(sock in ready for sock in self._sockets()):
                     self._turn()
                 elif behind:
                     self.feed.feed(self.store.head, [])
@@ -179,11 +199,15 @@ class Agent:
                     self._timer(self._sample)
                     next_sample = now + self.sample_interval
                 if now >= next_check:
+                    self.space.check()  # the disk-full state begins and ends without a write waiting on it
+                    self._timer(self._truncate_wal)
                     self._timer(self._check_liveness)
                     self._timer(self._alert_timer)
                     next_check = now + 1.0
                 if self.retention.pending():  # one bounded batch between turns: ingest never waits for long
                     self._timer(self._remove_some)
+                if self.space.full_since:  # the work below writes more: it waits for space
+                    continue
                 if self.store.index_due:  # likewise one slice of rollout text into the search index
                     self._timer(self._index_some)
                 elif self.compactor.pending():  # and, with nothing else to do, one packing step
@@ -195,16 +219,23 @@ class Agent:
             self.alerts.hooks.stop()
             checkpointer.join(timeout=10)
             self._close_sockets()
-            self.store.begin()
-            self.store.set_status(self._system_run, "finished", time.time(), reason="agent stopped")
-            self.store.commit()
-            self.store.close()
+            try:
+                self.store.begin()
+                self.store.set_status(self._system_run, "finished", time.time(), reason="agent stopped")
+                self.store.commit()
+                self.store.close()
+            except sqlite3.Error as exc:  # a disk full to the last byte: the next start finds the rest
+                log.warning("the journal could not note the agent's stop: %s", exc)
+                self.store.db.close()
+            self.lock.release()
             log.info("pilothouse agent stopped")
 
     def _sockets(self) -> list[zmq.Socket]:
         return [self.sock] if self.remote is None else [self.sock, self.remote.sock]
 
     def _close_sockets(self) -> None:
+        for door in self.doors:
+            door.close()
         self.sock.close(linger=0)
         if self.remote is not None:
             self.remote.close()
@@ -218,15 +249,22 @@ class Agent:
         logged = -REMIND_EVERY
         try:
             while not self._stop.wait(interval):
+                if self.space.tight():  # space is short: the loop truncates the WAL (see _truncate_wal)
+                    continue
                 try:
                     con.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.Error as exc:  # a full disk: said once a minute, not every second
                     if time.monotonic() - logged >= REMIND_EVERY:
                         logged = time.monotonic()
                         log.warning("WAL checkpoint failed: %s", exc)
-            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
+        finally:  # the journal's close, the last connection's, checkpoints the rest and removes the WAL
             con.close()
+
+    def _truncate_wal(self) -> None:
+        """While space is short the WAL gives its space back each second, on the loop's connection
+        between turns (a checkpoint that cannot grow the database left the agent "disk full" for good)."""
+        if self.space.tight():
+            self.space.truncate_wal(self.store.db.conn)
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
@@ -235,7 +273,7 @@ class Agent:
         head_before = self.store.head
         self.store.begin()
         yield
-        self._committed(head_before, self.store.commit())
+        self._committed(head_before, self._commit())
 
     def _alert_timer(self) -> None:
         with self._writing():
@@ -286,16 +324,21 @@ class Agent:
         self.store.begin()
         try:
             self._drain()
-            entries = self.store.commit()
+            entries = self._commit()
         except Exception as exc:
             self._unstored(exc, "turn")
             return
         self._committed(head_before, entries)
 
+    def _commit(self) -> list:
+        """Trainers' loss counters heard since the last commit are written again first: one heard in a
+        turn a full disk undid would else be lost with the trainer gone (see ``node.losses``)."""
+        self._losses.write(self.store)
+        return self.store.commit()
+
     def _committed(self, head_before: int, entries: list) -> None:
         """After a commit: acks and replies go out, then the new entries to readers."""
-        if entries:
-            self.space.stored()
+        self._losses.saved()
         for (ident, run, rank), seq in self._acks.items():
             self._send(ident, message("ack", run=run, rank=rank, seq=seq))
         self._acks.clear()
@@ -378,6 +421,10 @@ class Agent:
             msg = self._check(body, client_key)
         except ProtocolError as exc:
             self._bad_input(ident, str(exc))
+            return
+        short = self.space.refuses(msg)  # new data on a disk short of space: refused before it is looked at
+        if short is not None:
+            self._reply(ident, message("err", id=msg.get("id"), msg=short))
             return
         writes = msg["t"] not in FEED_TYPES  # a reader's sub/credit/unsub touch no journal: no savepoint
         mark, replies = self.store.mark() if writes else None, len(self._replies)
@@ -499,11 +546,12 @@ class Agent:
         owner = self.sessions.owners.get((msg["run"], msg["rank"]))
         if not self._owner_speaks(ident, msg, hello=True):
             return
-        refusal = self.store.resume_refusal(msg)
+        refusal = self.store.resume_refusal(msg) or self._job_refusal(msg)
         if refusal is not None:  # refused alone: the run, its owner and its streams stay as they were
             self.sessions.put_back(msg["run"], msg["rank"], owner)
             self._bad_input(ident, refusal)
             return
+        self.owners.claim(msg["run"], msg["token"])  # new, or continued now that its job has ended
         kind = WATCHED if "watched" in msg else "train"
         if kind == WATCHED and self.store.has_run(msg["run"]) and msg["rank"] == 0 \
                 and self.liveness.status(msg["run"]) in ("finished", "crashed", "stale"):
@@ -522,6 +570,21 @@ class Agent:
         seq = self.store.max_seq.get(_stream(msg), 0)  # of this process's own stream: a resume starts at 0
         self._reply(ident, message("welcome", run=msg["run"], rank=msg["rank"], seq=seq))
         self.commands.trainer_seen(ident, msg["run"], msg["rank"])
+
+    def _job_refusal(self, msg: dict) -> str | None:
+        """Why a hello may not speak for a run another job holds live (see ``node.run_owners``), or
+        None; a refusal is also recorded on the run, as a process refused for a rank is."""
+        run, rank = msg["run"], msg["rank"]
+        if not self.store.has_run(run) or self.owners.admits(run, msg["token"]):
+            return None
+        holder = self.owners.live_holder(run, msg["session"])
+        if holder is None:
+            return None
+        self.store.event(run, "refused", {"rank": rank, "message": "hello", "pid": msg.get("pid"), "refused": 1,
+                                          "detail": f"pid {msg.get('pid')} is not of the job that holds run {run}"})
+        return (f"run {run} is live ({holder}) and this process is not of its job (it lacks the run's token): "
+                f"a rank joins a live run with rank 0's run.token (torch.distributed shares it; elsewhere pass "
+                f"token=run.token or ${ENV_TOKEN}), and a new process continues a run once its job has ended")
 
     def _on_records(self, ident: bytes, msg: dict, now: float) -> None:
         run, rank = msg["run"], msg["rank"]
@@ -560,10 +623,12 @@ class Agent:
 
     def _note_state(self, msg: dict, now: float) -> int:
         """Loss counters and floor from a heartbeat or finish; returns the committed seq."""
-        self.store.touch(msg["run"], now, _count(msg.get("dropped_records")), _count(msg.get("dropped_points")))
+        records, points, floor = (_count(msg.get(k)) for k in ("dropped_records", "dropped_points", "floor"))
+        self._losses.heard(_stream(msg), now, records, points, floor)
+        self.store.touch(msg["run"], now, records, points)
         if msg.get("step", -1) >= 0:
             self.store.note_step(msg["run"], msg["step"])
-        return self.store.account_floor(_stream(msg), _count(msg.get("floor")))
+        return self.store.account_floor(_stream(msg), floor)
 
     def _on_finish(self, ident: bytes, msg: dict, now: float) -> None:
         run, rank = msg["run"], msg["rank"]
@@ -622,8 +687,9 @@ class Agent:
         with self._writing():
             try:
                 row = metrics_packer(len(values))(seq, time.time(), *values.values())
-                self.store.ingest((run, 0, ""), seq, seq, encode_batch([(REC_METRICS, tuple(values), row)]),
-                                  time.time())
+                if not self.space.full_since:  # new data: none while space is short (its alerts still run)
+                    self.store.ingest((run, 0, ""), seq, seq, encode_batch([(REC_METRICS, tuple(values), row)]),
+                                      time.time())
             except ProtocolError as exc:
                 log.warning("system sample rejected: %s", exc)
             self.alerts.on_sample(values, time.time())
@@ -793,9 +859,7 @@ def _tune(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 10_000)
-    # messages queued per connection before ZeroMQ stops reading it: with frames of up to
-    # MAX_INBOUND_BYTES this bounds what a peer sending faster than the agent decodes can queue
-    sock.setsockopt(zmq.RCVHWM, RCVHWM)
+    tune(sock)  # what one connection may queue, and how long a handshake may take (see limits)
     sock.setsockopt(zmq.IPV6, 1)
 
 

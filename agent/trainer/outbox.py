@@ -98,6 +98,7 @@ class Outbox:
         self._last_reply = 0.0
         self._finish_seq: int | None = None
         self._finish_sent_at = 0.0
+        self._gave_up = False  # close() timed out: the last heartbeat says nothing is held any more
         self._resend_timeout = resend_after
         self._need_hello = True  # before the first batch, and whenever the agent may have forgotten us
         self.helm: Helm | None = None  # set by Run: where commands from the agent go
@@ -118,6 +119,7 @@ class Outbox:
         """Ship everything, tell the agent the run ended, wait up to ``timeout`` for its ack."""
         self._finish_seq = -1  # the I/O thread fixes the real last seq once the queue is drained
         delivered = self._finished.wait(timeout)
+        self._gave_up = not delivered
         self.stop()
         return delivered
 
@@ -203,6 +205,8 @@ class Outbox:
         except Exception:  # never take the training process down with us
             log.exception("pilothouse I/O thread stopped")
         finally:
+            if self._gave_up:
+                self._last_word(sock)
             sock.disable_monitor()
             monitor.close(linger=0)
             sock.close(linger=0)
@@ -340,6 +344,17 @@ class Outbox:
 
     def _heartbeat(self) -> None:
         self._send_msg(self._state("hb"))
+
+    def _last_word(self, sock: zmq.Socket) -> None:
+        """The run ends with records the agent never acknowledged (a full disk, a dead agent): they go
+        with this process.  A last heartbeat's floor says nothing below the next seq is held, so the
+        agent counts exactly what it lacks in the run's LOST (what it stored but could not ack is not
+        counted); LINGER lets it leave after the socket closes."""
+        try:
+            sock.setsockopt(zmq.LINGER, 1000)
+            self._send_msg({**self._state("hb"), "floor": self._next_seq})
+        except zmq.ZMQError:
+            pass
 
     def _state(self, kind: str) -> dict:
         """Heartbeat and finish both carry the loss counters and the floor."""
