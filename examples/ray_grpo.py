@@ -39,11 +39,12 @@ GROUP = 8
 class RolloutWorker:
     """Samples completions with the learner's latest weights, at its own temperature."""
 
-    def __init__(self, run_id: str, rank: int, temperature: float):
+    def __init__(self, run_id: str, token: str, rank: int, temperature: float):
         torch.set_num_threads(1)
         self.policy = Policy()
         self.temperature = temperature
-        self.run = ph.init(project="examples", name="ray-grpo", id=run_id, rank=rank)  # this node's agent
+        # this node's agent; the run's token proves to it that this actor is of the driver's job
+        self.run = ph.init(project="examples", name="ray-grpo", id=run_id, rank=rank, token=token)
 
     def set_temperature(self, value: float) -> float:
         self.temperature = float(value)
@@ -71,7 +72,7 @@ class RolloutWorker:
 class Learner:
     """Owns the policy, its frozen reference and the optimizer."""
 
-    def __init__(self, run_id: str, rank: int, lr: float, kl_coef: float):
+    def __init__(self, run_id: str, token: str, rank: int, lr: float, kl_coef: float):
         torch.set_num_threads(1)
         torch.manual_seed(0)
         self.policy = Policy()
@@ -79,7 +80,7 @@ class Learner:
         self.reference.load_state_dict(self.policy.state_dict())
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=lr)
         self.kl_coef = kl_coef
-        self.run = ph.init(project="examples", name="ray-grpo", id=run_id, rank=rank)
+        self.run = ph.init(project="examples", name="ray-grpo", id=run_id, rank=rank, token=token)
 
     def weights(self) -> dict:
         return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
@@ -145,9 +146,9 @@ def main() -> None:
     config = {"lr": 3e-3, "kl_coef": 0.05, "temperature": 1.0, "workers": args.workers}
     run = ph.init(project="examples", name="ray-grpo", config=config,  # rank 0, on the driver's node agent
                   tunable={"lr": {"min": 0.0, "max": 1.0}, "temperature": {"min": 0.05, "max": 5.0}})
-    learner = Learner.options(scheduling_strategy=spread(0, nodes)).remote(run.id, 1, config["lr"],
+    learner = Learner.options(scheduling_strategy=spread(0, nodes)).remote(run.id, run.token, 1, config["lr"],
                                                                            config["kl_coef"])
-    workers = [RolloutWorker.options(scheduling_strategy=spread(i + 1, nodes)).remote(run.id, i + 2, 1.0)
+    workers = [RolloutWorker.options(scheduling_strategy=spread(i + 1, nodes)).remote(run.id, run.token, i + 2, 1.0)
                for i in range(args.workers)]
     print(json.dumps({"run": run.id, "agents": agents, "here": ph_ray.agent_here(),
                       "workers": ray.get([w.node.remote() for w in workers])}), flush=True)

@@ -28,6 +28,7 @@ from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer  #
 
 ROOT = Path(__file__).resolve().parent.parent
 NOBODY = pwd.getpwnam("nobody")  # the second local user of the tests that need one
+TOKEN = "5eed" * 8  # a run's secret (Run.token) for raw hellos
 
 
 def as_owner(sock: zmq.Socket) -> zmq.Socket:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import (
     ROOT,
+    TOKEN,
     AgentProcess,
     as_owner,
     finish,
@@ -384,8 +385,8 @@ def test_bad_alerts_in_a_hello_are_refused_and_no_run_is_made(agent_proc):
     sock.linger = 0
     as_owner(sock)
     sock.connect(agent_proc.url)
-    sock.send(pack({"t": "hello", "run": "badrules1", "rank": 0, "project": "p", "name": "n", "host": "h",
-                    "pid": 1, "config": {}, "alerts": [{"name": "x", "kind": "drop", "metric": "r", "pct": 900}]}))
+    sock.send(pack({"t": "hello", "run": "badrules1", "rank": 0, "token": TOKEN, "project": "p", "name": "n",
+                    "host": "h", "pid": 1, "config": {}, "alerts": [{"name": "x", "kind": "drop", "metric": "r", "pct": 900}]}))
     assert sock.poll(5000)
     reply = unpack(sock.recv())
     sock.close()
@@ -409,8 +410,8 @@ def test_programs_run_only_from_the_rules_file(agent_proc, tmp_path):
     sock.linger = 0
     as_owner(sock)
     sock.connect(agent_proc.url)
-    sock.send(pack(message("hello", run="execrun1", rank=0, project="p", name="n", host="h", pid=1, config={},
-                           alerts=[rule])))
+    sock.send(pack(message("hello", run="execrun1", rank=0, token=TOKEN, project="p", name="n", host="h", pid=1,
+                           config={}, alerts=[rule])))
     assert sock.poll(5000)
     reply = unpack(sock.recv())
     sock.close()

@@ -21,7 +21,7 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from conftest import AgentProcess, as_owner, batch_fields, free_port, wait_until
+from conftest import TOKEN, AgentProcess, as_owner, batch_fields, free_port, wait_until
 from zmq.utils.monitor import recv_monitor_message
 
 import pilothouse as ph
@@ -111,7 +111,7 @@ def bits(values) -> np.ndarray:
     return np.asarray(values, dtype=np.float64).view(np.uint64)
 
 
-HELLO = {"t": "hello", "rank": 0, "project": "wire", "name": "raw", "config": {}, "host": "elsewhere",
+HELLO = {"t": "hello", "rank": 0, "token": TOKEN, "project": "wire", "name": "raw", "config": {}, "host": "elsewhere",
          "pid": 1}
 
 
@@ -838,8 +838,8 @@ def _nested(depth: int) -> Any:
 
 
 def _hello(run: str, **extra: Any) -> dict:
-    return {"t": "hello", "run": run, "rank": 0, "project": "hostile", "name": run, "host": "h", "pid": 1,
-            "config": {}, **extra}
+    return {"t": "hello", "run": run, "rank": 0, "token": TOKEN, "project": "hostile", "name": run, "host": "h",
+            "pid": 1, "config": {}, **extra}
 
 
 def test_a_deep_hello_in_the_middle_of_a_burst_is_refused_alone(tmp_path):

@@ -15,7 +15,7 @@ import time
 import msgpack
 import pytest
 import zmq
-from conftest import ROOT, AgentProcess, as_owner, free_port, run_cli
+from conftest import ROOT, TOKEN, AgentProcess, as_owner, free_port, run_cli
 
 import pilothouse as ph
 from pilothouse.cli import main
@@ -282,7 +282,7 @@ def test_runs_json_survives_any_stored_config(agent_proc):
     as_owner(sock)
     sock.connect(agent_proc.url)
     try:
-        sock.send(msgpack.packb({"t": "hello", "run": "rawcfg1", "rank": 0, "project": "p", "name": "n",
+        sock.send(msgpack.packb({"t": "hello", "run": "rawcfg1", "rank": 0, "token": TOKEN, "project": "p", "name": "n",
                                  "config": {b"lr": 0.1}, "host": "elsewhere", "pid": 1}, use_bin_type=True))
         assert sock.poll(5000)
         sock.recv()

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 import zmq
 from conftest import (
+    TOKEN,
     AgentProcess,
     as_owner,
     batch_fields,
@@ -238,7 +239,8 @@ def shaped_strategies(target: Target) -> st.SearchStrategy:
          "recs": st.lists(record, min_size=1, max_size=6)}).map(encode_metrics)
     valid = {
         "hello": st.fixed_dictionaries(
-            {"t": st.just("hello"), "run": run_ids, "rank": small, "project": names, "name": names,
+            {"t": st.just("hello"), "run": run_ids, "rank": small, "token": st.just(TOKEN), "project": names,
+             "name": names,
              "config": st.dictionaries(st.text(max_size=6), scalar, max_size=3),
              "host": st.sampled_from(["fuzzhost", target.host]),
              "pid": st.integers(1, 4_000_000)},

@@ -37,7 +37,7 @@ import numpy as np
 import psutil
 import pytest
 import zmq
-from conftest import AgentProcess, as_owner, finish, free_port, owner_agent_socket, start_trainer, wait_until
+from conftest import TOKEN, AgentProcess, as_owner, finish, free_port, owner_agent_socket, start_trainer, wait_until
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_fuzz import snapshot
@@ -573,8 +573,8 @@ def invalid(msg) -> bool:
 
 
 TEMPLATES = {  # one valid message of each inbound type, for mutation
-    "hello": {"t": "hello", "run": "fzmem", "rank": 0, "project": "p", "name": "n", "host": "fuzzhost", "pid": 12345,
-              "config": {"lr": 0.1}},
+    "hello": {"t": "hello", "run": "fzmem", "rank": 0, "token": TOKEN, "project": "p", "name": "n", "host": "fuzzhost",
+              "pid": 12345, "config": {"lr": 0.1}},
     "rec": {"t": "rec", "run": "fzmem", "rank": 0, "seq": 1, "floor": 0, "n": 1, "keys": [["loss"]],
             "metrics": [[0, b"\x00\x00\x00\x00", struct.pack("<qdd", 1, 1.0, 0.5)]], "others": []},
     "hb": {"t": "hb", "run": "fzmem", "rank": 0},

@@ -29,6 +29,7 @@ from conftest import (
     LOOP_UNTIL_STOPPED,
     NOBODY,
     ROOT,
+    TOKEN,
     AgentProcess,
     as_nobody,
     finish,
@@ -321,7 +322,7 @@ def test_trainer_messages_are_refused_from_the_network(guarded):
     sock.linger = 0
     secure_client(sock, ring.keypair("client"), ring.public("agent"))
     sock.connect(remote)
-    hello = {"t": "hello", "run": "fromafar01", "rank": 0, "world": 1, "project": "p", "name": "n",
+    hello = {"t": "hello", "run": "fromafar01", "rank": 0, "token": TOKEN, "world": 1, "project": "p", "name": "n",
              "host": "h", "pid": 1, "config": {}}
     sock.send(pack(hello))
     sock.send(pack({"t": "cack", "run": run_id, "rank": 0, "cid": "x" * 20, "cmd": "pause", "state": "applied", "step": 1,
@@ -529,8 +530,8 @@ def probe(sock):
                 {"t": "hb", "run": run_id, "rank": 0, "step": 5, "paused": True},
                 {"t": "cack", "run": run_id, "rank": 0, "cid": "x1", "cmd": "set", "state": "applied", "step": 1,
                  "detail": "applied", "applied": {"lr": 9.0}},
-                {"t": "hello", "run": "strangerrun", "rank": 0, "project": "p", "name": "n", "host": "h",
-                 "pid": 1, "config": {}},
+                {"t": "hello", "run": "strangerrun", "rank": 0, "token": "ab" * 16, "project": "p", "name": "n",
+                 "host": "h", "pid": 1, "config": {}},
                 {"t": "q", "id": 1, "op": "runs", "args": {}},
                 {"t": "q", "id": 2, "op": "alert_add", "args": {"rule": {"name": "x", "kind": "nonfinite"}}},
                 {"t": "sub", "after": 0, "credit": 8, "kinds": []}):

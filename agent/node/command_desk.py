@@ -18,7 +18,7 @@ from typing import Any
 from pilothouse.node.journal import Store
 from pilothouse.node.liveness import Liveness
 from pilothouse.wire.checks import check_command_id, check_int, query_arg
-from pilothouse.wire.messages import ACK_STATES, COMMANDS, message
+from pilothouse.wire.messages import ACK_STATES, COMMANDS, ProtocolError, message
 from pilothouse.wire.tuning import past_step, validate_changes
 from pilothouse.wire.watched import WATCHED, how_to_steer
 
@@ -69,6 +69,9 @@ class CommandDesk:
             self.reply(ident, message("cmd", cid=cmd["cid"], cmd=cmd["cmd"], **cmd["args"]))
 
     def on_ack(self, msg: dict, now: float) -> None:
+        """The trainer's answer.  Commands go to rank 0 alone, so only rank 0 (its owning process:
+        the caller checked the session) answers, for the command it was sent, and a ``set`` changes
+        no setting but those it asked for."""
         run, cid = msg["run"], msg["cid"]
         if not self.store.has_run(run):
             return
@@ -76,6 +79,13 @@ class CommandDesk:
         row = self.store.command(cid)
         if row is None or row["run"] != run or row["state"] not in ("pending", "scheduled"):
             return  # unknown, or a repeated answer: recorded once
+        if msg["rank"] != 0 or msg["cmd"] != row["cmd"]:
+            raise ProtocolError(f"command {cid} is a {row['cmd']!r} sent to rank 0 of run {run}: a {msg['cmd']!r} "
+                                f"answer from rank {msg['rank']} is refused")
+        asked = row["args"].get("values", {})
+        if set(msg.get("config", {})) - set(asked):
+            raise ProtocolError(f"command {cid} changes {sorted(asked) or 'no setting'}: its answer may not change "
+                                f"other settings of the run's config")
         if row["state"] == "scheduled" and msg["state"] == "scheduled":
             return
         self.store.answer_command(cid, msg["state"], msg["step"], msg["detail"], msg["applied"], now)

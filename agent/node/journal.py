@@ -145,6 +145,7 @@ class Store:
                  for metric, value in (unpack_blob(blob) or {}).items()), replace=True)
             db["runs"].transform(drop={"summary"})
         db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+        db["run_owners"].create({"run": str, "proof": str}, pk="run", if_not_exists=True)  # see node.run_owners
         # a project's chosen headline metric: kept here so every client of this agent shows the same
         db["key_metrics"].create({"project": str, "metric": str, "updated": float}, pk="project",
                                  if_not_exists=True)
@@ -454,7 +455,8 @@ class Store:
             self.rollout_search.unindex(rollouts)
             self.db.conn.executemany("DELETE FROM journal WHERE id=?", batch)
             return None
-        for table, column in (("last_values", "run"), ("commands", "run"), ("streams", "run"), ("runs", "id")):
+        for table, column in (("last_values", "run"), ("commands", "run"), ("streams", "run"),
+                              ("run_owners", "run"), ("runs", "id")):
             self.db.execute(f"DELETE FROM {table} WHERE {column}=?", [run])
         del self.removing[run]
         self.summaries.pop(run, None)

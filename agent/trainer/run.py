@@ -28,11 +28,13 @@ from pilothouse.trainer.helm import NOTHING, ChangeCallback, Control, Helm, Save
 from pilothouse.trainer.outbox import Outbox
 from pilothouse.wire.alert_rules import check_rules
 from pilothouse.wire.checks import (
+    ENV_TOKEN,
     INT64_MAX,
     SCALARS,
     check_config,
     check_int,
     check_run_id,
+    check_token,
     normal_name,
 )
 from pilothouse.wire.job import group_ranks
@@ -59,7 +61,7 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
          agent: str | None = None, *, id: str | None = None, rank: int | None = None,
          tunable: Mapping[str, Mapping[str, Any] | None] | None = None, frozen: Iterable[str] = (),
          sync_every: int = 1, buffer_mb: float = 256, heartbeat: float = 1.0,
-         alerts: Iterable[Mapping[str, Any]] = ()) -> "Run":
+         alerts: Iterable[Mapping[str, Any]] = (), token: str | None = None) -> "Run":
     """Start a run.  ``agent=None``: $PILOTHOUSE_AGENT, else the local agent (started if absent).
 
     ``alerts``: rules the agent watches for this run only, e.g. ``[{"name": "nan-loss",
@@ -68,7 +70,13 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
 
     In a torch.distributed job every rank calls this with the same arguments (it is a
     collective): rank 0 picks the run id and receives commands, and ``sync`` shares
-    its decisions with one small broadcast every ``sync_every`` steps."""
+    its decisions with one small broadcast every ``sync_every`` steps.
+
+    ``token``: the run's secret, which proves to the agent that a process belongs to the job that
+    opened the run (another process of the same user cannot join a live run as a rank, nor take it
+    over after an agent restart).  Rank 0 makes it; a torch.distributed job shares it with the run id;
+    processes started otherwise (Ray actors, a launcher's own ranks) pass rank 0's ``run.token`` here
+    or in $PILOTHOUSE_RUN_TOKEN."""
     project = normal_name(project, "project")
     cfg = check_config(dict(config or {}))
     schema = build_schema(cfg, tunable, frozen)
@@ -78,8 +86,9 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
     dist = process_group()
     broadcaster = Broadcaster(dist) if dist is not None else None
     run_id = check_run_id(id or os.environ.get("PILOTHOUSE_RUN_ID") or _new_id())
+    token = check_token(token or os.environ.get(ENV_TOKEN) or secrets.token_hex(16))
     if broadcaster is not None:
-        run_id = broadcaster.share(run_id)
+        run_id, token = broadcaster.share([run_id, token])
         rank = broadcaster.rank
     name = run_id if name is None else normal_name(name, "run name")
     if rank is None:
@@ -93,19 +102,20 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
         url = check_url(DEFAULT_URL)
         launcher.ensure_local_agent(url)
     check_url(url)
-    return Run(url, project=project, name=name, config=cfg, schema=schema, run_id=run_id, rank=rank,
+    return Run(url, project=project, name=name, config=cfg, schema=schema, run_id=run_id, rank=rank, token=token,
                broadcaster=broadcaster, sync_every=sync_every, buffer_bytes=int(buffer_mb * (1 << 20)),
                heartbeat=heartbeat, alerts=rules, nodes=_job_nodes(broadcaster, rank, url))
 
 
 class Run:
     def __init__(self, url: str, *, project: str, name: str, config: dict, schema: dict, run_id: str,
-                 rank: int, broadcaster: Broadcaster | None, sync_every: int, buffer_bytes: int, heartbeat: float,
-                 alerts: list[dict] | None = None, nodes: list[dict] | None = None):
+                 rank: int, token: str, broadcaster: Broadcaster | None, sync_every: int, buffer_bytes: int,
+                 heartbeat: float, alerts: list[dict] | None = None, nodes: list[dict] | None = None):
         self.id = run_id
         self.project = project
         self.name = name
         self.rank = rank
+        self.token = token  # the run's secret: hand it to processes that join as other ranks
         self.url = url
         self._config = config
         self.config: Mapping[str, Any] = types.MappingProxyType(self._config)
@@ -116,7 +126,8 @@ class Run:
         self._metric_names: set[str] = set()
         self._closed = False
         self._lock = threading.Lock()
-        hello = {"run": run_id, "rank": rank, "session": secrets.token_hex(8), "project": project, "name": name,
+        hello = {"run": run_id, "rank": rank, "session": secrets.token_hex(8), "token": token,
+                 "project": project, "name": name,
                  "config": config,
                  "schema": schema, "host": socket.gethostname(), "pid": os.getpid(),
                  "pid_started": psutil.Process().create_time(), "created": time.time()}

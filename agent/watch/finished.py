@@ -11,6 +11,7 @@ that grew since) gets only the records after what it holds.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -87,9 +88,12 @@ def wandb_files(path: Path) -> list[Path]:
                                                     if not f.parent.is_symlink())
 
 
-def watched_hello(run: str, project: str, name: str, source: str, created: float, config: dict) -> dict:
-    """The hello of a run a watcher or an import sends: kind watched, no process to steer."""
-    return {"run": run, "rank": 0, "session": source, "project": project, "name": name, "config": config,
+def watched_hello(run: str, project: str, name: str, source: str, created: float, config: dict,
+                  token: str) -> dict:
+    """The hello of a run a watcher or an import sends: kind watched, no process to steer; ``token``
+    the run's secret (a watcher keeps it in its state, so a restarted one is the run's job again)."""
+    return {"run": run, "rank": 0, "session": source, "token": token, "project": project,
+            "name": name, "config": config,
             "host": socket.gethostname(), "pid": os.getpid(), "pid_started": psutil.Process().create_time(),
             "created": created, "watched": source}
 
@@ -121,8 +125,8 @@ def send_finished(runs: list[ForeignRun], agent: str, keys: Keyring | None, say:
 
 
 def _send(run: ForeignRun, records: list[tuple], points: int, agent: str, keys: Keyring | None, say: Say) -> bool:
-    outbox = Outbox(agent, watched_hello(run.id, run.project, run.name, run.source, run.created, run.config),
-                    keys=keys)
+    outbox = Outbox(agent, watched_hello(run.id, run.project, run.name, run.source, run.created, run.config,
+                                         secrets.token_hex(16)), keys=keys)
     deadline = time.monotonic() + WELCOME_TIMEOUT_S
     while not outbox.welcomed.wait(0.05) and not outbox.stats.last_error and time.monotonic() < deadline:
         pass  # a refused hello is answered with an error, never a welcome

@@ -257,7 +257,7 @@ class Watcher:
                 continue
             if state is None:
                 state = logdir.state.runs[run_id] = RunState()
-            hello = watched_hello(run_id, logdir.project, name, SESSION, _created(folder, files), {})
+            hello = watched_hello(run_id, logdir.project, name, SESSION, _created(folder, files), {}, state.token)
             outbox = Outbox(self.agent, hello, keys=self.keys, flush_interval=SEND_EVERY_S)
             logdir.runs[folder] = WatchedRun(run_id, name, folder, outbox, state, Summaries(state.plugins))
             self.say(f"{'importing' if self.once else 'watching'} {name} ({run_id}) from {folder}")

@@ -15,9 +15,12 @@ import fcntl
 import hashlib
 import json
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pilothouse.security import owned_file, private_dir
 
 
 class StateError(RuntimeError):
@@ -30,6 +33,8 @@ class RunState:
     offsets: dict[str, int] = field(default_factory=dict)  # event file name -> offset just past ``seq``
     chunks: list[list] = field(default_factory=list)  # [last seq, file, offset], queued after ``seq``
     plugins: dict[str, str] = field(default_factory=dict)  # tag -> plugin, as the run's events named them
+    # the run's secret (Run.token): a restarted watcher proves with it that the run is its own
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
 
     def queued(self, last_seq: int, name: str, offset: int) -> None:
         self.chunks.append([last_seq, name, offset])
@@ -62,11 +67,11 @@ class WatchState:
 
     def __init__(self, directory: Path, agent: str, logdir: Path):
         key = hashlib.sha256(f"{agent}\0{logdir}".encode()).hexdigest()[:20]
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(directory)  # the user's own: a folder or lock file another user made first is refused
         self.path = directory / f"{key}.json"
         self.agent, self.logdir = agent, str(logdir)
-        self._lock = open(directory / f"{key}.lock", "a")  # noqa: SIM115 (held while watching)
-        os.chmod(self._lock.name, 0o600)
+        lock = owned_file(directory / f"{key}.lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        self._lock = open(lock, "a")  # noqa: SIM115 (held while watching)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -83,7 +88,8 @@ class WatchState:
         except (OSError, ValueError) as exc:
             raise StateError(f"cannot read the watch state {self.path}: {exc}; move it away to start over "
                              "(runs the agent already has will then be refused, not sent twice)") from None
-        return {run: RunState(r["seq"], r["offsets"], r["chunks"], r.get("plugins", {}))
+        return {run: RunState(r["seq"], r["offsets"], r["chunks"], r.get("plugins", {}),
+                              r.get("token") or secrets.token_hex(16))
                 for run, r in data.get("runs", {}).items()}
 
     def save(self) -> None:

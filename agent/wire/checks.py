@@ -15,6 +15,8 @@ from typing import Any
 MAX_NAME_CHARS = 250
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _COMMAND_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOKEN = re.compile(r"^[0-9a-f]{32,128}$")
+ENV_TOKEN = "PILOTHOUSE_RUN_TOKEN"  # a run's secret, for ranks that no torch.distributed broadcast reaches
 # zero-width, bidi controls, BOM, tags (Cf); U+2028 and U+2029, which end a line in JSON readers and editors
 _HIDDEN_IN_NAMES = {"Cf": "invisible format character", "Zl": "line separator", "Zp": "paragraph separator"}
 SYSTEM_RUN_PREFIX = "sys-"  # the agent's own host/GPU sample runs; no trainer may use it
@@ -91,6 +93,7 @@ def check_config(config: Any, where: str = "config", depth: int = 0) -> dict:
     for key, value in config.items():
         if not isinstance(key, str):
             raise TypeError(f"{where} keys must be strings, got {key!r}")
+        check_name(key, f"{where} key")  # keys are shown as names: no control or invisible characters
         out[key] = _config_value(value, f"{where}.{key}", depth)
     return out
 
@@ -113,6 +116,13 @@ def check_session(value: Any) -> str:
     """A trainer process's session id (its Run object's): which stream of a run its records are."""
     if not isinstance(value, str) or not _COMMAND_ID.match(value):
         raise ValueError(f"session must match {_COMMAND_ID.pattern}, got {str(value)[:80]!r}")
+    return value
+
+
+def check_token(value: Any) -> str:
+    """A run's secret (``Run.token``): hex, at least 128 bits, so it cannot be guessed."""
+    if not isinstance(value, str) or not _TOKEN.match(value):
+        raise ValueError("a run token is 32 to 128 lowercase hex digits (rank 0's run.token)")
     return value
 
 

@@ -22,6 +22,7 @@ from pilothouse.wire.checks import (
     check_name,
     check_run_id,
     check_session,
+    check_token,
 )
 from pilothouse.wire.job import check_nodes
 from pilothouse.wire.tuning import check_schema
@@ -94,6 +95,7 @@ def _as_tuple(types: type | tuple) -> tuple:
 
 def _check_hello(msg: dict) -> None:
     _check_hb(msg)
+    _wrap(check_token, msg.get("token"))
     _wrap(check_name, msg.get("project"), "project")
     _wrap(check_name, msg.get("name"), "run name")
     _wrap(check_name, msg.get("host"), "host")
@@ -160,9 +162,9 @@ def _check_cack(msg: dict) -> None:
         raise ProtocolError(f"'cack' needs cmd in {COMMANDS} and state in {ACK_STATES}")
     _wrap(check_int, msg.get("step"), "'cack' step")
     _need(msg, "detail", str)
-    _need(msg, "applied", dict)
+    _wrap(check_config, msg.get("applied"), "'cack' applied")
     if "config" in msg:
-        _need(msg, "config", dict)
+        _wrap(check_config, msg["config"], "'cack' config")
 
 
 def _check_query(msg: dict) -> None:
