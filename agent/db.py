@@ -16,6 +16,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from pilothouse.security import (
+    check_folders,
+    check_owned,
+    owned_file,
+    private_dir,  # noqa: F401  # here too for the agent, which makes its journal folder with it
+)
+
 # sqlite-utils imports pandas where it is installed (as it is beside most trainers), only to map its
 # Timestamp type, which we never store; pandas brings pyarrow, and the two cost every agent and app
 # 67 MB of memory and 0.25 s at start.  Unless the process has pandas already, it is kept out.
@@ -31,21 +38,20 @@ else:
 BUSY_MS = 5000
 
 
-def private_dir(path: Path) -> None:
-    """A folder only its owner can enter: made 0700, or narrowed to it (runs, configs and prompts
-    are nobody else's business on a shared node)."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-
-
 def open_db(path: str | Path) -> sqlite_utils.Database:
-    """The file is 0600 before SQLite first opens it; its -wal and -shm files take the same mode."""
+    """The file is 0600 before SQLite first opens it; its -wal and -shm files take the same mode.
+    Its folder is the user's and only theirs to write (SQLite makes the -wal and -shm files there by
+    name), and so are the file and its -wal and -shm, never links: a stranger's planted file or
+    folder is refused (pilothouse.security), not used."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        if file.exists():
-            os.chmod(file, 0o600)  # a file from before this rule, or made under a loose umask
+    folder = Path(os.path.realpath(path.parent))
+    check_owned(folder, os.stat(folder))
+    check_folders(folder.parent, path)
+    os.close(owned_file(path, os.O_RDWR | os.O_CREAT))
+    for file in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            os.close(owned_file(file, os.O_RDONLY))
     db = sqlite_utils.Database(path)
     db.conn.isolation_level = None
     db.execute(f"PRAGMA busy_timeout={BUSY_MS}")

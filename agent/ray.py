@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from pilothouse.client import reachable
 from pilothouse.paths import default_data_dir
+from pilothouse.security import private_dir
 from pilothouse.trainer.launcher import spawn_agent
 from pilothouse.wire.urls import DEFAULT_PORT
 
@@ -41,7 +42,7 @@ class NodeAgent:
     def __init__(self, data_dir: str | None, port: int):
         self.node_id = ray.get_runtime_context().get_node_id()
         self.data = Path(data_dir.format(node=self.node_id)) if data_dir else default_data_dir()
-        self.data.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.data)  # the port file below goes in it too: the user's own folder, or refused
         self.adopted = False
         self._proc: subprocess.Popen | None = None
         self._stopping = threading.Event()

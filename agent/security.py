@@ -19,13 +19,19 @@ Keys are shown and stored as hex: z85 uses ``$ & ! # -`` and breaks in a shell o
 Both sides authenticate: the agent admits only listed client keys (ZAP on the agent's own
 context, with ``ZAP_ENFORCE_DOMAIN`` so a missing handler refuses instead of admitting), and a
 client talks CURVE only to the key it was told, so a wrong server cannot finish the handshake.
+
+The same one rule keeps the owner's other files the owner's (``check_owned``, ``check_folders``):
+the alert rules file, whose programs run as the owner, the data folders and the files in them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import logging
 import os
+import pwd
 import re
 import stat
 import threading
@@ -171,10 +177,10 @@ class Keyring:
         return made
 
     def keypair(self, role: str) -> Keypair:
-        public, secret = self._paths(role)
+        _, secret = self._paths(role)
         if not secret.exists():
             raise SecurityError(f"no {role} key in {self.dir}: run `pilothouse keys init`")
-        _refuse_exposed(secret, readable=True)
+        check_owned(secret, secret.stat(), private=True)  # a secret others can read is no secret
         pub, sec = zmq.auth.load_certificate(str(secret))
         if sec is None:
             raise SecurityError(f"{secret} holds no secret key")
@@ -229,7 +235,7 @@ class Keyring:
         path = self.dir / name
         if not path.exists():
             return []
-        _refuse_exposed(path, readable=False)
+        check_owned(path, path.stat())  # a list others may edit admits whom they like
         pairs = []
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             fields = line.split()  # no comments: '#' is a z85 character
@@ -251,14 +257,127 @@ class Keyring:
         os.replace(tmp, path)
 
 
-def _refuse_exposed(path: Path, *, readable: bool) -> None:
-    """Secrets readable by others, or lists others may edit, are refused, not used."""
-    st = path.stat()
-    mask = stat.S_IRWXG | stat.S_IRWXO if readable else stat.S_IWGRP | stat.S_IWOTH
-    if st.st_mode & mask or st.st_uid != os.getuid():
-        what = "readable" if readable else "writable"
-        raise SecurityError(f"refusing {path}: it is {what} by other users or not yours "
-                            f"(mode {stat.S_IMODE(st.st_mode):o}); run `chmod 600 {path}`")
+# --- files and folders only the owner controls -----------------------------------------------
+#
+# One rule for all that holds the owner's secrets or decides what runs as them: the key files, the
+# alert rules file (its programs run as the owner), the data folders and the journal, the app's
+# store and an agent's log in them.  A shared node's other users can make files and folders first
+# wherever a name is guessable (/tmp/pilothouse-$USER), or plant a link there; what they made is
+# refused, never used nor taken over (chown, chmod): it would stay theirs to read or to change.
+
+def check_owned(path: Path, st: os.stat_result, *, private: bool = False) -> None:
+    """``path`` (``st`` is its stat, lstat or fstat) is the user's and no one else may change it,
+    nor read it if ``private``; the error says which command fixes it."""
+    _refuse_others(path, st)
+    mask = stat.S_IRWXG | stat.S_IRWXO if private else stat.S_IWGRP | stat.S_IWOTH
+    if st.st_mode & mask:
+        what, fix = ("readable", "600") if private else ("writable", "go-w")
+        raise SecurityError(f"refusing {path}: it is {what} by other users (mode {stat.S_IMODE(st.st_mode):o}), "
+                            f"who may have changed it: check what it holds, then run `chmod {fix} {path}`")
+
+
+def _refuse_others(path: Path, st: os.stat_result) -> None:
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise SecurityError(f"refusing {path}: it belongs to {_user(st.st_uid)}, not to you ({_user(me)}); "
+                            f"another user may have made it first for you to use. Use a path of your own, "
+                            f"or if it is yours, `sudo chown {_user(me)} {path}`")
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_folders(folder: Path, what: Path) -> None:
+    """OpenSSH's StrictModes rule (``safe_path`` in its misc.c) for the folders above ``what``:
+    ``folder`` and each one above it up to / (links resolved) belongs to root or the user, and no
+    one else may write to it, or another user could put a file of theirs in ``what``'s place.  A
+    folder others may write is accepted where OpenSSH's is not when it is sticky (``/tmp``, mode
+    1777) and root's or the user's: there no one but an entry's owner (and root) can remove or
+    rename it, so what the user made in it stays theirs; what is below it is checked in turn."""
+    me = os.geteuid()
+    real = Path(os.path.realpath(folder))
+    for above in (real, *real.parents):
+        st = os.stat(above)
+        if st.st_uid not in (0, me):
+            raise SecurityError(f"refusing {what}: the folder {above} belongs to {_user(st.st_uid)}, who could put "
+                                f"a file of theirs in its place; keep it in a folder of yours")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            raise SecurityError(f"refusing {what}: the folder {above} is writable by other users (mode "
+                                f"{stat.S_IMODE(st.st_mode):o}), who could put a file of theirs in its place; "
+                                f"run `chmod go-w {above}` or keep it in a folder only you can write to")
+
+
+def read_owned(path: Path) -> bytes:
+    """The bytes of a file that decides what runs as the user (the alert rules), refused unless the
+    user owns it and no one else may write it or any folder above it (``check_folders``).  The file
+    checked is the file read: opened without following a link, checked through its descriptor."""
+    real = Path(os.path.realpath(path))
+    check_folders(real.parent, path)
+    fd = _open_nofollow(real, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SecurityError(f"refusing {path}: not a regular file")
+        check_owned(path, st)
+        with open(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def private_dir(path: Path) -> None:
+    """A folder only its owner can enter (runs, configs and prompts are nobody else's business on a
+    shared node): made 0700, or one of the user's narrowed to it.  One another user made first, or
+    a link (lstat, never followed), is refused and left as it is; so is a folder above it that
+    others could swap (``check_folders``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_folders(path.parent, path)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise SecurityError(f"refusing {path}: it is a symbolic link (to {os.readlink(path)}), which another user "
+                            f"may have made; pass the folder itself (`realpath {path}`) or a new one")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SecurityError(f"refusing {path}: it is not a folder")
+    _refuse_others(path, st)
+    os.chmod(path, 0o700)  # the user's own folder; in a sticky parent no one else can swap it
+
+
+def owned_file(path: Path, flags: int) -> int:
+    """A descriptor on the user's own data file ``path`` (made 0600 if ``flags`` has O_CREAT), narrowed
+    to 0600.  A link is refused, not followed: another user's link would make the user write to, or
+    chmod, the file it points at; another user's file is refused, never taken over."""
+    fd = _open_nofollow(path, flags, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SecurityError(f"refusing {path}: not a regular file; remove it (`rm {path}`)")
+        _refuse_others(path, st)
+        if stat.S_IMODE(st.st_mode) != 0o600:
+            os.fchmod(fd, 0o600)  # a file from before this rule, or made under a loose umask
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that refuses a link by name, and that a FIFO planted in its place cannot hang
+    (regular files ignore O_NONBLOCK)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP or not os.path.islink(path):
+            raise
+        raise SecurityError(f"refusing {path}: it is a symbolic link (to {os.readlink(path)}), which pilothouse "
+                            f"never follows there: another user may have made it to have you write to the "
+                            f"file it points at. Remove it (`rm {path}`)") from None
 
 
 # --- sockets ---------------------------------------------------------------------------------

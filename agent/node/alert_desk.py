@@ -26,6 +26,7 @@ from pilothouse.node.hooks import HookRunner
 from pilothouse.node.journal import Store
 from pilothouse.node.liveness import Liveness
 from pilothouse.node.rules_file import load_rules
+from pilothouse.security import SecurityError
 from pilothouse.wire.alert_rules import Rule, RuleError, check_rule, check_rules
 from pilothouse.wire.entries import KIND_METRIC, Entry
 
@@ -79,7 +80,8 @@ class AlertDesk:
     # --- rule sources ------------------------------------------------------------------------
 
     def _reload_rules_file(self) -> None:
-        """A changed file is read again; a bad edit is reported and the previous rules stay."""
+        """A changed file is read again; a bad edit, or a file or folder others may now write (their
+        programs would run as the owner), is reported and the previous rules stay."""
         assert self.rules_file is not None
         stamp = _stamp(self.rules_file)
         if stamp == self._rules_stamp:
@@ -87,7 +89,7 @@ class AlertDesk:
         self._rules_stamp = stamp
         try:
             rules = load_rules(self.rules_file)
-        except RuleError as exc:
+        except (RuleError, SecurityError) as exc:  # a bad edit, or a file others may now have edited
             log.error("alert rules not reloaded, the previous ones stay: %s", exc)
             self.store.event(self.system_run, "rules", {"ok": False, "file": str(self.rules_file),
                                                          "detail": str(exc)})
@@ -219,10 +221,11 @@ class AlertDesk:
         return self.store.resolve(run)
 
 
-def _stamp(path: Path | None) -> tuple[int, int, int] | None:
-    """Identity of a file's version: a save replaces the inode or changes the time or size."""
+def _stamp(path: Path | None) -> tuple[int, int, int, int] | None:
+    """Identity of a file's version: a save replaces the inode or changes the time or size; a chmod
+    or chown changes the ctime, so a file opened to others is refused at once, and one fixed is read."""
     try:
         st = path.stat() if path is not None else None
     except OSError:
         return None
-    return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)
+    return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
