@@ -20,7 +20,6 @@ from pilothouse.security import (
     check_folders,
     check_owned,
     owned_file,
-    private_dir,  # noqa: F401  # here too for the agent, which makes its journal folder with it
 )
 
 # sqlite-utils imports pandas where it is installed (as it is beside most trainers), only to map its

@@ -112,15 +112,20 @@ def _log(run, start: int, count: int, names: list[str]) -> int:
     return start + count
 
 
+def _agent_and_run(small_disk: Path, name: str) -> tuple[Path, AgentProcess, ph.Run, list[str]]:
+    """An agent on the small disk and a trainer with a 1 MB buffer logging five metrics to it."""
+    data = small_disk / "agent"
+    proc = AgentProcess(data, free_port(), ["--stale-after", "30"]).start()
+    run = ph.init(project="disk", name=name, agent=proc.url, heartbeat=0.2, buffer_mb=1)
+    return data, proc, run, [f"m{i}" for i in range(5)]
+
+
 @pytest.mark.timeout(120)
 def test_a_trainer_through_full_partly_freed_and_free_keeps_every_acked_point_and_counts_its_drops(small_disk):
     """While the disk is short the run's LOST already says what the trainer's small buffer dropped
     (the bookkeeping fits in the headroom), the WAL is truncated, and once space returns every
     point the trainer still held is stored: stored + LOST = logged."""
-    data = small_disk / "agent"
-    proc = AgentProcess(data, free_port(), ["--stale-after", "30"]).start()
-    run = ph.init(project="disk", name="cycle", agent=proc.url, heartbeat=0.2, buffer_mb=1)
-    names = [f"m{i}" for i in range(5)]
+    data, proc, run, names = _agent_and_run(small_disk, "cycle")
     try:
         step = _log(run, 0, 20000, names)
         assert run.flush(20)
@@ -195,10 +200,7 @@ def test_an_agent_started_on_a_full_disk_answers_reads_and_stores_again_once_spa
 def test_a_trainer_that_ends_on_a_disk_full_to_the_last_byte_leaves_its_loss_counted(small_disk):
     """No byte left even for bookkeeping (the reserve the agent gave back is taken too): the trainer's
     loss counters and last floor wait in the agent's memory and are written once space returns."""
-    data = small_disk / "agent"
-    proc = AgentProcess(data, free_port(), ["--stale-after", "30"]).start()
-    run = ph.init(project="disk", name="gone", agent=proc.url, heartbeat=0.2, buffer_mb=1)
-    names = [f"m{i}" for i in range(5)]
+    data, proc, run, names = _agent_and_run(small_disk, "gone")
     try:
         step = _log(run, 0, 100, names)
         assert run.flush(20)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import stat
 from pathlib import Path
+
+from pilothouse.security import SecurityError, owned_file
 
 LOCK_NAME = "agent.lock"
 
@@ -30,16 +31,10 @@ class DataLock:
         """``purpose``: what the refused caller wanted, said in its error ("start", "--recover")."""
         self.path = Path(data_dir) / LOCK_NAME
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise DataLocked(f"{self.path} is a symbolic link: refusing to follow it (remove it; "
-                                 "the agent makes its own lock file)") from None
-            raise
+            fd = owned_file(self.path, os.O_RDWR | os.O_CREAT)  # the user's own file, never a link
+        except SecurityError as exc:
+            raise DataLocked(f"{exc}; the agent makes its own lock file") from None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                raise DataLocked(f"{self.path} is not a file of yours: remove it; the agent makes its own lock file")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterator
 
 import zmq
 
-from pilothouse.db import private_dir
 from pilothouse.node.alert_desk import AlertDesk
 from pilothouse.node.command_desk import CommandDesk
 from pilothouse.node.compactor import Compactor
@@ -40,7 +39,7 @@ from pilothouse.node.rules_file import load_rules
 from pilothouse.node.run_owners import RunOwners
 from pilothouse.node.sampler import SystemSampler
 from pilothouse.rollout_search import ROW_BITS
-from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring
+from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring, private_dir
 from pilothouse.tiers import LEVELS, RECORD, WIDTHS, columns
 from pilothouse.version import __version__
 from pilothouse.wire.checks import ENV_TOKEN, SYSTEM_RUN_PREFIX, check_int, check_name, check_step_bound, query_arg
