@@ -63,6 +63,7 @@ class DiskSpace:
         self.refused = 0  # writes refused while full
         self._logged = 0.0
         self._no_reserve = False  # making one failed (a quota, say): tried again only when space returns
+        self._short = False  # low() as ``check`` found it before this turn
 
     def start(self) -> None:
         """Before the journal opens: short of space, the reserve goes back (the journal needs some to
@@ -73,7 +74,8 @@ class DiskSpace:
     def check(self) -> None:
         """Each second: the state begins or ends without a write waiting on it, and a reserve is made
         (after a start, or again) while space allows."""
-        if not self.low() and not self._no_reserve and _size(self.reserve) < RESERVE_BYTES \
+        self._short = self.low()  # the turn's verdict: ``refuses`` reads it instead of a statvfs a message
+        if not self._short and not self._no_reserve and _size(self.reserve) < RESERVE_BYTES \
                 and _free(self.path) >= self._clear_at():
             self._keep_reserve()
 
@@ -89,7 +91,8 @@ class DiskSpace:
     def refuses(self, msg: dict) -> str | None:
         """The text to refuse ``msg`` with if it brings new data or changes while space is short; None
         if it goes on (reads, and a trainer's heartbeats, hello and finish)."""
-        if (msg["t"] == "q" and msg.get("op") in READ_OPS) or msg["t"] not in ("rec", "q") or not self.low():
+        if (msg["t"] == "q" and msg.get("op") in READ_OPS) or msg["t"] not in ("rec", "q") \
+                or not (self._short or self.full_since is not None):
             return None
         text = self._refused(1)
         if msg["t"] == "rec":
