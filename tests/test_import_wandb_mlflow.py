@@ -16,9 +16,6 @@ import numpy as np
 from conftest import run_cli, run_events
 from test_watch import assert_series, run_of
 
-from pilothouse.trainer.outbox import Outbox
-from pilothouse.watch.finished import watched_hello
-from pilothouse.watch.mlflow_run import read_runs
 
 SPECIAL = {6: np.nan, 9: np.inf, 12: -np.inf}  # step -> value of "loss" there
 STEPS = range(0, 60, 3)
@@ -49,11 +46,27 @@ with mlflow.start_run(run_name="lr3e-6"):
 """
 
 
-def write(tmp_path: Path, body: str, folder: Path, **env: str) -> None:
+# ARGS: the store, the agent; an import cut short: its process sends the run's first 7 records (14 points) and ends
+CUT_IMPORT = """
+import secrets, sys
+from pathlib import Path
+from pilothouse.trainer.outbox import Outbox
+from pilothouse.watch.finished import watched_hello
+from pilothouse.watch.mlflow_run import read_runs
+(run,) = read_runs(Path(sys.argv[1]), None)
+cut = Outbox(sys.argv[2], watched_hello(run.id, run.project, run.name, "mlflow", run.created, run.config,
+                                        secrets.token_hex(16)))
+cut.queue.extend(run.records()[:7])
+assert cut.flush(10, 7)
+cut.stop()
+"""
+
+
+def write(tmp_path: Path, body: str, folder: Path, *args: str, **env: str) -> None:
     script = tmp_path / "writer.py"
     script.write_text(textwrap.dedent(body))
-    done = subprocess.run([sys.executable, str(script), str(folder)], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path, env={**os.environ, **env})
+    done = subprocess.run([sys.executable, str(script), str(folder), *args], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -123,13 +136,7 @@ def test_mlflow_file_store_every_point_once(agent_proc, tmp_path):
     store = tmp_path / "mlruns"
     write(tmp_path, MLFLOW_WRITER, store, MLFLOW_ALLOW_FILE_STORE="true")
     client = agent_proc.client()
-    # an import cut short: the agent holds the first 7 records (14 points) of the run, not its end
-    (foreign,) = read_runs(store, None)
-    cut = Outbox(agent_proc.url, watched_hello(foreign.id, foreign.project, foreign.name, "mlflow", foreign.created,
-                                               foreign.config))
-    cut.queue.extend(foreign.records()[:7])
-    assert cut.flush(10, 7)
-    cut.stop()
+    write(tmp_path, CUT_IMPORT, store, agent_proc.url)  # the agent holds 14 points of the run, not its end
     assert run_of(client, "lr3e-6")["points"] == 14
     done = run_cli("import", str(store), "--agent", agent_proc.url)
     assert done.returncode == 0 and "(14 of them held already)" in done.stderr, done.stderr
