@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import multiprocessing
 import multiprocessing.connection
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -236,8 +237,10 @@ class Mlflow:
     def __init__(self) -> None:
         import mlflow
 
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps the file store behind this opt-in
         self.tmp = tempfile.TemporaryDirectory(prefix="bench-mlflow-")
         mlflow.set_tracking_uri(Path(self.tmp.name).as_uri())
+        mlflow.set_experiment("bench")  # a new file store has no default experiment
         self.mlflow = mlflow
         mlflow.start_run()
 
