@@ -45,7 +45,6 @@ class NodeAgent:
         private_dir(self.data)  # the port file below goes in it too: the user's own folder, or refused
         self.adopted = False
         self._proc: subprocess.Popen | None = None
-        self._stopping = threading.Event()
         self._up = threading.Event()
         if port == DEFAULT_PORT and reachable(f"tcp://127.0.0.1:{port}"):
             self.adopted = True  # this node's own agent already runs: use it, do not own it
@@ -67,14 +66,8 @@ class NodeAgent:
                 "pid": None if self._proc is None else self._proc.pid, "adopted": self.adopted,
                 "data": str(self.data)}
 
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            self._proc.wait(timeout=30)
-
     def _keep_running(self) -> None:
-        while not self._stopping.is_set():
+        while True:
             self._proc = self._start()
             while not self._up.is_set() and self._proc.poll() is None:
                 if reachable(self._url, timeout=0.5):
@@ -84,9 +77,8 @@ class NodeAgent:
                 self.adopted = True  # another node on this machine was first to the port: share its agent
                 self._up.set()
                 return
-            if not self._stopping.is_set():
-                log.warning("pilothouse agent on node %s exited (%s); starting it again", self.node_id, code)
-                time.sleep(1.0)
+            log.warning("pilothouse agent on node %s exited (%s); starting it again", self.node_id, code)
+            time.sleep(1.0)
 
     def _start(self) -> subprocess.Popen:
         return spawn_agent(self._url, self.data, preexec_fn=_die_with_parent)
@@ -115,13 +107,6 @@ def start_agents(*, port: int = DEFAULT_PORT, data_dir: str | None = None) -> di
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(data_dir, port)
     urls = ray.get([h.url.remote() for h in handles.values()], timeout=START_SECONDS)
     return dict(zip(handles, urls))
-
-
-def stop_agents() -> None:
-    """End the agents this module started (their journals stay); the cluster's end does it too."""
-    for handle in _node_actors():
-        ray.get(handle.stop.remote(), timeout=60)
-        ray.kill(handle, no_restart=True)
 
 
 def agent_here() -> str | None:
