@@ -22,7 +22,7 @@ import zmq
 import zmq.utils.monitor
 
 from pilothouse.security import HANDSHAKE_FAILED, Keyring, SecurityError, client_keys
-from pilothouse.tiers import RECORD, level_for
+from pilothouse.store.tiers import RECORD, level_for
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_METRIC, KIND_ROLLOUTS, Entry, Page, check_page, join_chunks
 from pilothouse.wire.messages import (
@@ -192,9 +192,9 @@ class Client:
     def tiers(self, run: str, metrics: Sequence[str], x0: float, x1: float, pixels: int = 1000,
               level: int | None = None, by_column: bool = False) -> dict[str, np.ndarray] | None:
         """Per metric of ``metrics``, the buckets of its tiers over steps x0..x1
-        (``pilothouse.tiers.RECORD``), at ``level`` or at the one that gives ``pixels`` columns at
+        (``pilothouse.store.tiers.RECORD``), at ``level`` or at the one that gives ``pixels`` columns at
         least two buckets each; with ``by_column``, folded per pixel column by the agent
-        (``pilothouse.tiers.columns``: bucket is the column).  Asked MAX_TIER_METRICS metrics a
+        (``pilothouse.store.tiers.columns``: bucket is the column).  Asked MAX_TIER_METRICS metrics a
         request (every chart of a run in one round trip).  None while the agent is still building
         the run's tiers (read its points instead)."""
         if isinstance(metrics, str):

@@ -137,7 +137,7 @@ def never_seen(points: int, metrics: int, trials: int) -> dict:
 
     from pilothouse.client import Client
     from pilothouse.gui.tiers import drawn as drawn_columns
-    from pilothouse.tiers import LEVELS
+    from pilothouse.store.tiers import LEVELS
 
     none = np.empty(0, np.int64)
     agent = AgentProcess()
@@ -290,7 +290,7 @@ def report_old_journal(got: dict) -> dict:
 
 
 def _level(x0: float, x1: float) -> int:
-    from pilothouse.tiers import level_for
+    from pilothouse.store.tiers import level_for
 
     return max(level_for(x0, x1, WIDTH), 0)
 

@@ -41,11 +41,11 @@ from typing import Any
 import numpy as np
 import platformdirs
 
-from pilothouse.db import open_db, transaction
 from pilothouse.gui.tiers import Clip, Tiers, TierView
-from pilothouse.rollout_search import Hit, RolloutSearch
-from pilothouse.tier_table import TOP
-from pilothouse.tiers import RECORD
+from pilothouse.store.db import open_db, transaction
+from pilothouse.store.rollout_search import Hit, RolloutSearch
+from pilothouse.store.tier_table import TOP
+from pilothouse.store.tiers import RECORD
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, KIND_ROLLOUTS, join_chunks, unpack_blob
 from pilothouse.wire.messages import pack

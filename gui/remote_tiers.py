@@ -28,7 +28,7 @@ import numpy as np
 
 from pilothouse.client import AgentError, Client
 from pilothouse.gui.tiers import TierView, drawn, view_range
-from pilothouse.tiers import LEVELS, RECORD, level_for, whole
+from pilothouse.store.tiers import LEVELS, RECORD, level_for, whole
 from pilothouse.wire.messages import MAX_TIER_PIXELS, ProtocolError
 
 ALL = (-2.0 ** 63, 2.0 ** 63)

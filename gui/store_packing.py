@@ -22,11 +22,11 @@ from collections import deque
 
 import numpy as np
 
-from pilothouse.db import transaction
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.tiers import ATTEMPT
-from pilothouse.tier_table import BLOCK
-from pilothouse.tiers import WIDTHS
+from pilothouse.store.db import transaction
+from pilothouse.store.tier_table import BLOCK
+from pilothouse.store.tiers import WIDTHS
 from pilothouse.wire import packed_chunks
 from pilothouse.wire.entries import KIND_METRIC, Entry
 

@@ -1,6 +1,6 @@
 """On-disk min/max tiers of the app store's metrics, so reading a view costs per pixel, not per point.
 
-The fold and its storage are shared with the agent (``pilothouse.tiers``, ``pilothouse.tier_table``):
+The fold and its storage are shared with the agent (``pilothouse.store.tiers``, ``pilothouse.store.tier_table``):
 the store keeps them per (agent, run, metric), with the level-0 blocks listing the entries that
 hold their points.  ``view`` picks the coarsest level with at least two buckets per pixel column,
 so it reads about 2-8 buckets per column whatever the run's length; zoomed in past the finest
@@ -32,8 +32,8 @@ import numpy as np
 import sqlite_utils
 
 from pilothouse.gui.lod import Series, ema, view_of
-from pilothouse.tier_table import BLOCK, NO_IDS, TOP, TierTable, join_records
-from pilothouse.tiers import FANOUT, WIDTHS, columns, level_for, points, reduce, whole
+from pilothouse.store.tier_table import BLOCK, NO_IDS, TOP, TierTable, join_records
+from pilothouse.store.tiers import FANOUT, WIDTHS, columns, level_for, points, reduce, whole
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, join_chunks, unpack_blob
 from pilothouse.wire.packed_chunks import row_points
 

@@ -25,7 +25,7 @@ import pilothouse as ph
 from pilothouse.cli import main
 from pilothouse.cli.archive_file import META_KEY
 from pilothouse.client import AgentError, Client
-from pilothouse.tiers import levels
+from pilothouse.store.tiers import levels
 
 NAN_PAYLOAD = struct.unpack("<d", struct.pack("<Q", 0x7FF8DEAD0000BEEF))[0]
 SPECIAL = [1.5, NAN_PAYLOAD, -0.0, math.inf, -math.inf, 5e-324, 1e308]

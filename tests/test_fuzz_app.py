@@ -727,7 +727,7 @@ def test_tiers_of_an_agent_of_another_version_are_refused_with_the_reason(fake):
     """An agent from before the buckets kept sums and wall times answers 12-field records: records of
     96 B, some of whose blobs divide by today's 120 B too; the client says which versions differ
     rather than misread them."""
-    from pilothouse.tiers import RECORD
+    from pilothouse.store.tiers import RECORD
 
     fake.honest = False
     old = (np.arange(5 * 12, dtype=np.int64)).tobytes()  # five old records: 480 B = four of today's

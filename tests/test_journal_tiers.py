@@ -20,7 +20,7 @@ from pilothouse.node import journal_tiers
 from pilothouse.node.compactor import Compactor
 from pilothouse.node.journal import Store
 from pilothouse.node.journal_tiers import MAX_QUERY_BLOCKS, NotReady
-from pilothouse.tiers import LEVELS, WIDTHS, columns, level_for, levels
+from pilothouse.store.tiers import LEVELS, WIDTHS, columns, level_for, levels
 from pilothouse.wire.messages import MAX_TIER_METRICS
 
 ALL = (-2.0 ** 63, 2.0 ** 63)

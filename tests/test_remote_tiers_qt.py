@@ -24,7 +24,7 @@ from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.remote_tiers import RemoteSeries, RemoteTiers
 from pilothouse.gui.tiers import draw
 from pilothouse.node.journal import Store
-from pilothouse.tiers import level_for, levels
+from pilothouse.store.tiers import level_for, levels
 from pilothouse.wire.records import REC_METRICS
 
 TRAINER = """

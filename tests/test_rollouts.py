@@ -12,7 +12,7 @@ import pytest
 
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.rollouts import Query, pair, reward
-from pilothouse.rollout_search import ROW_BITS
+from pilothouse.store.rollout_search import ROW_BITS
 from pilothouse.wire.entries import Entry, entry_body
 from pilothouse.wire.messages import ProtocolError, pack
 from pilothouse.wire.rollouts import MAX_BATCH_BYTES, fts_query, pack_batch, unpack_batch

@@ -10,8 +10,8 @@ import pytest
 from tier_records import same_buckets, same_rows
 
 from pilothouse.gui.local_store import LocalStore
-from pilothouse.tier_table import BLOCK, TierTable
-from pilothouse.tiers import BASE, WIDTHS, first_level, level_for, points, reduce
+from pilothouse.store.tier_table import BLOCK, TierTable
+from pilothouse.store.tiers import BASE, WIDTHS, first_level, level_for, points, reduce
 from pilothouse.wire.entries import Entry
 
 A = "tcp://127.0.0.1:7001"
@@ -296,8 +296,8 @@ def test_levels_above_the_stored_ones_are_folded_from_the_top_one_exactly():
     """Only STORED levels are kept on disk (a write rewrites their tails); a coarser level is folded
     from the top stored one when read: every level of a sparse run spanning 10^12 steps, over the whole
     run and over a slice, equals a one-shot build of all 16 levels from the raw points."""
-    from pilothouse.tier_table import STORED
-    from pilothouse.tiers import levels
+    from pilothouse.store.tier_table import STORED
+    from pilothouse.store.tiers import levels
 
     rng = np.random.default_rng(5)
     steps = np.sort(rng.integers(0, 10**12, 4_000))
@@ -322,7 +322,7 @@ def test_levels_above_the_stored_ones_are_folded_from_the_top_one_exactly():
 def test_a_compressed_block_read_again_is_decoded_once_and_never_stale():
     """The journal's table remembers decoded blocks by their bytes: a block read twice is the same
     array (read-only: every read shares it), and a block rewritten by a later fold is read anew."""
-    from pilothouse.tiers import levels
+    from pilothouse.store.tiers import levels
 
     conn = sqlite3.connect(":memory:")
     table = TierTable(conn, ("metric",), ids=False, compress=True)

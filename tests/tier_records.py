@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pilothouse.tiers import RECORD
+from pilothouse.store.tiers import RECORD
 
 EXACT = [name for name in RECORD.names if name != "sum"]
 

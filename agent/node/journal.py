@@ -20,10 +20,10 @@ from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
-from pilothouse.db import open_db
-from pilothouse.wire import packed_chunks
 from pilothouse.node.journal_tiers import JournalTiers
-from pilothouse.rollout_search import RolloutSearch
+from pilothouse.store.db import open_db
+from pilothouse.store.rollout_search import RolloutSearch
+from pilothouse.wire import packed_chunks
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import (
     ENTRY_FIELDS,

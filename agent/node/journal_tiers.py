@@ -1,4 +1,4 @@
-"""The journal's tiers: exact per-bucket min/max of every metric (``pilothouse.tiers``), so an
+"""The journal's tiers: exact per-bucket min/max of every metric (``pilothouse.store.tiers``), so an
 app that has never seen a run can draw any range of it from a few buckets per pixel column.
 
 Why buffered: folding a turn's points rewrites the tail block of every stored level (8 of them) of each
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pilothouse.store.tier_table import TierTable
+from pilothouse.store.tiers import LEVELS, WIDTHS, levels, reduce
 from pilothouse.wire import packed_chunks
-from pilothouse.tier_table import TierTable
-from pilothouse.tiers import LEVELS, WIDTHS, levels, reduce
 from pilothouse.wire.entries import KIND_METRIC, Entry, join_chunks, unpack_blob
 from pilothouse.wire.messages import pack
 

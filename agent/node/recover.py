@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pilothouse.db import open_db
 from pilothouse.node.data_lock import DataLock
 from pilothouse.node.journal import Store
+from pilothouse.store.db import open_db
 from pilothouse.wire.entries import KIND_METRIC
 
 # Built again by the agent from the journal's rows, between turns: not copied.

@@ -38,9 +38,9 @@ from pilothouse.node.retention import Retention
 from pilothouse.node.rules_file import load_rules
 from pilothouse.node.run_owners import RunOwners
 from pilothouse.node.sampler import SystemSampler
-from pilothouse.rollout_search import ROW_BITS
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring, private_dir
-from pilothouse.tiers import LEVELS, RECORD, WIDTHS, columns
+from pilothouse.store.rollout_search import ROW_BITS
+from pilothouse.store.tiers import LEVELS, RECORD, WIDTHS, columns
 from pilothouse.version import __version__
 from pilothouse.wire.checks import ENV_TOKEN, SYSTEM_RUN_PREFIX, check_int, check_name, check_step_bound, query_arg
 from pilothouse.wire.entries import check_kinds
@@ -782,7 +782,7 @@ class Agent:
 
     def _op_tiers(self, args: dict) -> dict:
         """The buckets of some of a run's metrics' tiers at ``level`` over steps x0..x1 (``records``:
-        per metric, in the order asked, a ``pilothouse.tiers.RECORD`` array), so an app that never saw
+        per metric, in the order asked, a ``pilothouse.store.tiers.RECORD`` array), so an app that never saw
         a run draws every chart of it in one round trip; with ``pixels``, folded per pixel column (one
         record per column: the answer's size is the charts' width, not the level's); ``ready`` False
         while the run's tiers are being built (its points are read meanwhile)."""

@@ -1,4 +1,4 @@
-"""The tiers of ``pilothouse.tiers`` stored in SQLite, in the writer's own transaction.
+"""The tiers of ``pilothouse.store.tiers`` stored in SQLite, in the writer's own transaction.
 
 One row per (key, level, block of BLOCK buckets): the block's filled buckets as one ``RECORD``
 array blob (a sparse run costs per filled bucket, not per step), and, where the owner reads raw
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import zstandard
 
-from pilothouse.tiers import RECORD, WIDTHS, first_level, reduce_groups, regroup, whole
+from pilothouse.store.tiers import RECORD, WIDTHS, first_level, reduce_groups, regroup, whole
 
 BLOCK = 128  # buckets per stored row: a live append rewrites at most ~12 KB per level
 STORED = 8  # levels kept on disk (16 .. 262,144 steps per bucket: a view of a run up to ~1 G steps reads them);

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pilothouse.db import sqlite_utils
+from pilothouse.store.db import sqlite_utils
 from pilothouse.wire.messages import ProtocolError
 from pilothouse.wire.records import MAX_ROLLOUT_ROWS
 from pilothouse.wire.rollouts import MAX_SEARCH_HITS, fts_query, unpack_batch

@@ -12,7 +12,7 @@ re-logging steps) and pages arriving in many pieces fold into the same buckets: 
 associative, and the tiers after any sequence of pages equal a one-shot build over all of their
 points (the sums to rounding: a float sum depends on the order of its additions).
 
-This module is the fold alone (plain numpy, no storage): ``pilothouse.tier_table`` stores the
+This module is the fold alone (plain numpy, no storage): ``pilothouse.store.tier_table`` stores the
 levels in SQLite, and the agent sends ``RECORD`` arrays to an app that asks for a range, so both
 sides draw from the same numbers.
 """
