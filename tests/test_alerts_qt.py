@@ -78,7 +78,7 @@ def test_history_badges_and_marks_quietly_live_alerts_notify(window, qtbot, tmp_
     assert w.table_model.row_at(0).run_id == "sick"  # firing alerts sort above an older-created calm run
     tip = w.table_model.data(w.table_model.index(0, COLUMNS.index("alerts")), Qt.ToolTipRole)
     assert "nan-loss: loss is nan at step 20" in tip
-    assert w.alerts.firing_table.rowCount() == 2 and "2 alerts firing" in w.alerts_action.text()
+    assert w.alerts.firing_table.rowCount() == 2 and "2 alerts firing" in w.notices.action.text()
     assert w.statusBar().currentMessage() == ""  # history does not notify
 
     select(w, "sick")
@@ -192,12 +192,12 @@ def test_a_new_runs_alert_waits_for_its_name_and_the_tray_is_made_once(window, q
     w = window()
     w.bridge.batch.emit(A, [event(1, "newbie", alert("nan-loss", 3, time.time()))], None)
     qtbot.wait(50)
-    assert shown == [] and w.notifier.tray is None  # the run list does not name the run yet
+    assert shown == [] and w.notices.notifier.tray is None  # the run list does not name the run yet
     w.bridge.batch.emit(A, [], [{"id": "newbie", "project": "p", "name": "fresh", "status": "running"}])
     qtbot.waitUntil(lambda: len(shown) == 1, timeout=3000)
     assert shown[0] == ("⚠ nan-loss on p/fresh", "p/fresh: loss is nan at step 3")
-    tray = w.notifier.tray
+    tray = w.notices.notifier.tray
     w.bridge.batch.emit(A, [event(2, "newbie", alert("kl", 4, time.time())),
                             event(3, "newbie", alert("lr", 4, time.time()))], None)
     qtbot.waitUntil(lambda: len(shown) == 2, timeout=3000)
-    assert shown[1][0] == "⚠ 2 alerts firing" and w.notifier.tray is tray and tray.isVisible()
+    assert shown[1][0] == "⚠ 2 alerts firing" and w.notices.notifier.tray is tray and tray.isVisible()

@@ -6,7 +6,6 @@ Network I/O lives in ``pilothouse.gui.network`` threads; their callbacks become 
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QPlainTextEdit,
     QSplitter,
@@ -37,22 +37,21 @@ from PySide6.QtWidgets import (
 
 from pilothouse.event_text import event_lines  # the same sentences as `pilothouse events`
 from pilothouse.text import printable
-from pilothouse.wire.entries import KIND_EVENT, Entry, entry_body
+from pilothouse.wire.entries import KIND_EVENT, Entry
 from pilothouse.wire.watched import STEER_HOW, how_to_steer
 
-from ..alerts import Alert, AlertBook, Marker, is_alert, place
-from ..jobs import JobPlan, app_keys, job_ids, offers, plan_job
 from ..local_store import LocalStore
 from ..models import RunKey, RunsModel, first_screen
 from ..network import Health, Links
 from ..palette import RunColors
 from ..remote_tiers import RemoteTiers
-from .alerts import AlertsPanel, Notifier
+from .alert_notices import AlertNotices
+from .alerts import AlertsPanel
 from .calls import Calls
 from .charts import ChartsPanel
 from .config import ConfigPanel
 from .export import export_chart_png, export_run_csv
-from .jobs import JobBar
+from .job_offers import JobOffers
 from .rollouts import RolloutsPanel
 from .runs_table import COLUMNS, RunsHeader, RunsTableModel
 from .status_icons import StatusDelegate
@@ -62,7 +61,6 @@ from .theme import apply_theme
 
 REDRAW_MS = 30
 RESIZE_S = 2.0  # the run table's columns fit grown values (a longer step) at most this often
-NAME_WAIT_MS = 2000  # a notification waits this long at most for its run's name (the run list lags ~1 s)
 EMPTY = ("No agents yet: run `pilothouse agent` on a node, then add it here (Agents → Add agent…, "
          "e.g. tcp://127.0.0.1:7766).")
 
@@ -87,21 +85,16 @@ class MainWindow(QMainWindow):
         self.removed = self.store.removed()  # runs removed from this app: the agents' lists still carry them
         self.runs = RunsModel()
         self.runs.set_runs(self.store.runs())
-        self.alert_book = self._load_alerts()
-        self.runs.set_alerts(self.alert_book.counts())
-        self.table_model = RunsTableModel(self.runs, self.alert_book.firing)
+        self.notices = AlertNotices(self, self.store, self.runs, self._show_alerts_tab)
+        self.table_model = RunsTableModel(self.runs, self.notices.book.firing)
         self.run_colors = RunColors()  # a run keeps its color in every tab while the app runs
-        self.notifier = Notifier(self, self._show_alerts_tab)
-        self._unnamed: list[Alert] = []  # alerts to notify once the run list names their run
         self.health: dict[str, Health] = {}
         self._events_key: RunKey | None = None
         self._dirty = True
         self._rows_dirty = True
         self._sized = 0.0  # when the run table's columns were last fitted to their contents
-        self._alerts_dirty = True
         self._closed = False
         self._opened = False  # the first screen (the last selection, else the live runs) is shown
-        self._offered: set[str] = set()  # jobs offered this session (or decided before): never offered twice
         self._build()
         self.bridge.batch.connect(self._on_batch)
         self.bridge.tiers.connect(self.charts.remote_answered)
@@ -147,10 +140,10 @@ class MainWindow(QMainWindow):
         self.config = ConfigPanel()
         self.events = QPlainTextEdit(readOnly=True)
         self.alerts = AlertsPanel()
-        self.alerts.titles = self._title
+        self.alerts.titles = self.notices.title
         self.alerts.run_choices = lambda url: [(r.run_id, r.title) for r in self.runs.rows() if r.agent == url]
         self.alerts.run_activated.connect(self._show_run)
-        self.alerts.set_agents([a["url"] for a in self.links.agents()])
+        self.alerts.set_agents(self.followed())
         self.tabs = QTabWidget()
         for widget, title in ((self.charts, "Charts"), (self.system, "System"), (self.rollouts, "Rollouts"),
                               (self.config, "Config"), (self.events, "Events"), (self.alerts, "Alerts")):
@@ -160,13 +153,12 @@ class MainWindow(QMainWindow):
         self.center = QStackedWidget()
         self.center.addWidget(self.tabs)
         self.center.addWidget(self.empty)
-        self.job_bar = JobBar()
-        self.job_bar.accepted.connect(self.add_job)
-        self.job_bar.declined.connect(self.decline_job)
+        jobs_menu = QMenu("&Jobs", self)  # each multi-node job decided on: offer again, remove as one
+        self.job_offers = JobOffers(self, self.store, self, jobs_menu)
         right = QWidget()
         stack = QVBoxLayout(right)
         stack.setContentsMargins(0, 0, 0, 0)
-        stack.addWidget(self.job_bar)
+        stack.addWidget(self.job_offers.bar)
         stack.addWidget(self.center)
 
         self.splitter = QSplitter()
@@ -186,9 +178,7 @@ class MainWindow(QMainWindow):
             bar.addAction(act)
             self.actions[name] = act
         bar.addSeparator()
-        self.alerts_action = QAction("no alerts", self, toolTip="alerts firing now: show the Alerts tab",
-                                     triggered=self._show_alerts_tab)
-        bar.addAction(self.alerts_action)
+        bar.addAction(self.notices.action)
         files = self.menuBar().addMenu("&File")
         files.addAction(QAction("Export run as &CSV…", self, shortcut=QKeySequence("Ctrl+E"),
                                 triggered=self._export_csv))
@@ -199,8 +189,7 @@ class MainWindow(QMainWindow):
         agents = self.menuBar().addMenu("&Agents")
         agents.addAction(QAction("&Add agent…", self, shortcut=QKeySequence("Ctrl+N"), triggered=self._ask_agent))
         agents.addAction(QAction("&Remove agent…", self, triggered=self._forget_agent))
-        self.jobs_menu = agents.addMenu("&Jobs")  # each multi-node job decided on: offer again, remove as one
-        self.jobs_menu.aboutToShow.connect(self._fill_jobs_menu)
+        agents.addMenu(jobs_menu)
         view = self.menuBar().addMenu("&View")
         self.dark = QAction("&Dark theme", self, checkable=True, shortcut=QKeySequence("Ctrl+Shift+D"),
                             toggled=self._theme)
@@ -223,7 +212,7 @@ class MainWindow(QMainWindow):
         else:
             self.resize(1280, 800)
 
-    def closeEvent(self, event: Any) -> None:  # noqa: N802 (Qt's name)
+    def closeEvent(self, event: Any) -> None:
         if self._closed:
             return super().closeEvent(event)
         self._closed = True
@@ -232,6 +221,7 @@ class MainWindow(QMainWindow):
         settings.setValue("state", self.saveState())
         settings.setValue("dark", "true" if self.dark.isChecked() else "false")
         self.redraw.stop()
+        self.notices.close()
         for signal in (self.bridge.batch, self.bridge.health, self.bridge.tiers, self.calls.answered,
                        self.store_work.done):
             signal.disconnect()  # queued signals from link threads must not reach a closed store
@@ -249,8 +239,7 @@ class MainWindow(QMainWindow):
             entries = [e for e in entries if (url, e.run) not in self.removed]
             runs = None if runs is None else [r for r in runs if (url, r["id"]) not in self.removed]
         if runs is not None:
-            if job_ids(runs) - self._offered:
-                self._offer_jobs()
+            self.job_offers.runs_listed(runs)
             joined = {k: self.runs.row(k) for k in self.runs.selected()}
             rows_changed = self.runs.update_agent(url, runs)
             self.system.note_runs(url, runs)
@@ -260,11 +249,13 @@ class MainWindow(QMainWindow):
                 # a charted run resumed on another node (its curves join), or one drawn from its agent's
                 # tiers that is now in the store
                 self.charts.show_runs(self.runs.selected(), self.store)
-                self.charts.show_alerts({k: self._markers(k) for k in self.runs.selected()})
+                self.charts.show_alerts({k: self.notices.markers(k) for k in self.runs.selected()})
         self.charts.add_entries(url, entries)
         self.system.add_entries(url, entries)
         self.rollouts.add_entries(url, entries)
-        self._add_alerts(url, entries)
+        charted = self.notices.add(url, entries) & set(self.charts.keys)
+        if charted:  # only the runs whose alerts changed are marked again
+            self.charts.show_alerts({**self.charts.alert_markers, **{k: self.notices.markers(k) for k in charted}})
         if self._events_key is not None and self._events_key[0] == url and any(
                 e.kind == KIND_EVENT and e.run == self._events_key[1] for e in entries):
             self._show_events(self._events_key)  # commands, acks, alerts of the shown run appear live
@@ -286,10 +277,8 @@ class MainWindow(QMainWindow):
         if not self._dirty or self._closed:
             return
         self._dirty = False
-        if self._alerts_dirty:
-            self._alerts_dirty = False
+        if self.notices.show(self.alerts):
             self._rows_dirty = True  # the badges
-            self._show_alerts()
         if self._rows_dirty:
             self._rows_dirty = False
             if self.table_model.refresh():  # rows or columns changed, not only values: sized at once
@@ -326,7 +315,7 @@ class MainWindow(QMainWindow):
             action.setEnabled(steerable)
             action.setToolTip("" if steerable else f"watched from its framework's files; {STEER_HOW}")
         self.charts.show_runs(keys, self.store)
-        self.charts.show_alerts({k: self._markers(k) for k in keys})
+        self.charts.show_alerts({k: self.notices.markers(k) for k in keys})
         self.table_model.set_slots(self.charts.slots)
         self.rollouts.show_runs(keys, self.store, self.charts.slots)
         self.config.show_runs(keys, self.store, self.charts.slots)
@@ -353,74 +342,6 @@ class MainWindow(QMainWindow):
 
     # --- alerts ---------------------------------------------------------------------------
 
-    def _load_alerts(self) -> AlertBook:
-        """Every alert in the store; only those journaled after each agent's cursor as of now,
-        and stamped after now, will notify."""
-        book = AlertBook()
-        with self.store.snapshot():
-            for agent in self.store.agents():
-                book.follow(agent["url"], agent["cursor"])
-            for run in self.store.runs():
-                book.load(run["agent"], run["id"], self.store.events(run["agent"], run["id"]))
-        return book
-
-    def _add_alerts(self, url: str, entries: list[Entry]) -> None:
-        """Alert events of a live batch: badge, markers and the tab follow; new ones notify."""
-        changed: set[RunKey] = set()
-        fresh = []
-        for e in entries:
-            if e.kind != KIND_EVENT:
-                continue
-            body = entry_body(e)
-            if is_alert(body):
-                changed.add((url, e.run))
-                if (alert := self.alert_book.add(url, e.run, e.id, body)) is not None:
-                    fresh.append(alert)
-        if fresh or self._unnamed:
-            self._notify(fresh)
-        if not changed:
-            return
-        self._alerts_dirty = True
-        charted = changed & set(self.charts.keys)
-        if charted:  # only the runs whose alerts changed are marked again
-            self.charts.show_alerts({**self.charts.alert_markers, **{k: self._markers(k) for k in charted}})
-
-    def _notify(self, fresh: list[Alert], wait: bool = True) -> None:
-        """Notify now about alerts of runs the list knows (a title says more than a run id); an
-        alert on a run just started waits for the list's next refresh, at most NAME_WAIT_MS."""
-        self._unnamed += fresh
-        ready = [a for a in self._unnamed if not wait or self.runs.row(a.key) is not None]
-        self._unnamed = [a for a in self._unnamed if a not in ready]
-        self.notifier.notify(ready, self._title)
-        if fresh and self._unnamed:
-            QTimer.singleShot(NAME_WAIT_MS, self, self._notify_unnamed)
-
-    def _notify_unnamed(self) -> None:
-        if not self._closed:
-            self._notify([], wait=False)
-
-    def _markers(self, key: RunKey) -> list[Marker]:
-        """A run's chart markers, every node's it ran on (see ``pilothouse.gui.attempts``)."""
-        row = self.runs.row(key)
-        members = (row.members if row is not None else ()) or (key,)
-        return [m for member in members for m in self._member_markers(member)]
-
-    def _member_markers(self, key: RunKey) -> list[Marker]:
-        """One member's chart markers, those without a step placed at its last step by then."""
-        marks = self.alert_book.markers(key)
-        if any(m.step is None for m in marks) and (metrics := self.store.metrics(*key)):
-            row = self.runs.row(key)
-            metric = row.key_metric if row is not None and row.key_metric in metrics else metrics[0]
-            steps, _, times = self.store.series(*key, metric)
-            marks = place(marks, steps, times)
-        return marks
-
-    def _show_alerts(self) -> None:
-        self.runs.set_alerts(self.alert_book.counts())
-        self.alerts.show_alerts(self.alert_book)
-        n = len(self.alert_book.firing())
-        self.alerts_action.setText(f"⚠ {n} alert{'s' if n != 1 else ''} firing" if n else "no alerts")
-
     def _on_tab(self, _: int) -> None:
         if self.tabs.currentWidget() is self.alerts:
             self.alerts.refresh_rules()  # rules may have changed from a CLI or another app
@@ -431,10 +352,6 @@ class MainWindow(QMainWindow):
             self.showNormal()
         self.raise_()
         self.activateWindow()
-
-    def _title(self, key: RunKey) -> str:
-        row = self.runs.row(key)
-        return row.title if row is not None else key[1]
 
     def _show_run(self, key: RunKey) -> None:
         """From the Alerts tab: select the run and show its charts."""
@@ -519,9 +436,7 @@ class MainWindow(QMainWindow):
     def _remove(self, keys: list[RunKey], force: bool) -> None:
         """Hide the runs now, remove them off the UI thread (``_on_removed`` follows)."""
         self.removed |= set(keys)
-        for key in keys:
-            self.alert_book.load(*key, ())
-        self._alerts_dirty = True
+        self.notices.forget(keys)
         kept = [k for k in self.runs.selected() if k not in self.removed]
         self._show_stored_runs()
         self.table_model.refresh()
@@ -556,110 +471,38 @@ class MainWindow(QMainWindow):
         url, ok = QInputDialog.getItem(self, "Remove agent", "Stop following (its runs stay browsable):", urls,
                                        editable=False)
         if ok:
-            self.links.remove(url)
-            self.health.pop(url, None)
-            self.system.forget(url)
-            self.alerts.set_agents([a["url"] for a in self.links.agents()])
-            self._schedule()
+            self.unfollow(url)
+            self.agents_changed()
 
     def _ask_agent(self) -> None:
         url, ok = QInputDialog.getText(self, "Add agent", "Agent URL:", text="tcp://127.0.0.1:7766")
         if not ok or not url:
             return
         try:
-            self._add_agent(url.strip())
+            self.follow(url.strip())
         except ValueError as exc:
             QMessageBox.warning(self, "Add agent", str(exc))
-        self.alerts.set_agents([a["url"] for a in self.links.agents()])
-        self._schedule()
+        self.agents_changed()
 
-    def _add_agent(self, url: str) -> None:
-        """Follow an agent (ValueError for a bad URL); its alerts notify from now on."""
-        self.links.add(url)
-        self.alert_book.follow(url, self.store.cursor(url), time.time())
+    # --- the agents followed (``JobOffers`` adds and removes a job's as one) -------------------
 
-    # --- multi-node jobs: the other agents of a job, added and removed as one ----------------
-
-    def _followed(self) -> list[str]:
+    def followed(self) -> list[str]:
         return [a["url"] for a in self.links.agents()]
 
-    def _offer_jobs(self) -> None:
-        """Offer each multi-node job not decided on yet whose other agents the app does not follow (once)."""
-        self._offered |= {j["id"] for j in self.store.jobs()}
-        runs = self.store.runs()
-        for plan in offers(runs, self._followed(), self._offered, socket.gethostname(), *app_keys()):
-            self._offered.add(plan.run)
-            self.job_bar.offer(plan)
-        self._offered |= job_ids(runs)  # the rest need nothing: every node is followed
+    def follow(self, url: str) -> None:
+        """Follow an agent (ValueError for a bad URL); its alerts notify from now on."""
+        self.links.add(url)
+        self.notices.follow(url, self.store.cursor(url))
 
-    def job_plan(self, run_id: str) -> JobPlan | None:
-        """The job's nodes and how to reach each, as of now (Agents → Jobs → offer again)."""
-        followed = self._followed()
-        copies = {r["agent"]: r for r in self.store.runs() if r["id"] == run_id and r["agent"] in followed}
-        job = next((j for j in self.store.jobs() if j["id"] == run_id), None)
-        return plan_job(run_id, copies, socket.gethostname(), *app_keys(),
-                        remembered=job["members"] if job else (), used_urls=followed)
+    def unfollow(self, url: str) -> None:
+        """Stop following an agent; its runs stay browsable."""
+        self.links.remove(url)
+        self.health.pop(url, None)
+        self.system.forget(url)
 
-    def add_job(self, plan: JobPlan) -> None:
-        """Accepted: follow every agent of the job that can be added, and remember them as one job."""
-        added = []
-        for node in plan.addable:
-            self._add_agent(node.url)
-            added.append(node.url)
-        self.store.remember_job(plan.run, plan.title, plan.members())
-        self.alerts.set_agents(self._followed())
-        text = f"job {printable(plan.title)}: following {len(added)} more agent{'s' * (len(added) != 1)}"
-        if plan.tunnels:
-            self.job_bar.copy_tunnels()
-            text += f"; open {len(plan.tunnels)} SSH tunnel{'s' * (len(plan.tunnels) != 1)} (copied to the clipboard)"
-        if len(plan.addable) < len(plan.missing):
-            text += f"; {len(plan.missing) - len(plan.addable)} not added (Agents → Jobs says why)"
-        self.statusBar().showMessage(text, 15000)
+    def agents_changed(self) -> None:
+        self.alerts.set_agents(self.followed())
         self._schedule()
-
-    def decline_job(self, plan: JobPlan) -> None:
-        """Declined: remembered, so this job is not offered again (Agents → Jobs can still add it)."""
-        self.store.decline_job(plan.run, plan.title)
-
-    def remove_job(self, run_id: str, ask: Ask | None = None) -> bool:
-        """Stop following a job's agents (those no other job holds), after one yes; its runs stay browsable."""
-        job = next((j for j in self.store.jobs() if j["id"] == run_id), None)
-        if job is None:
-            return False
-        urls = [u for u, _, _ in job["members"]]
-        text = f"Stop following the {len(urls)} agents of job {printable(job['title'])}?\n" + "\n".join(urls)
-        if urls and not (ask or ask_user(self))("Remove job", text + "\n\nIts runs stay browsable."):
-            return False
-        for url in self.store.forget_job(run_id):
-            self.links.remove(url)
-            self.health.pop(url, None)
-            self.system.forget(url)
-        self.alerts.set_agents(self._followed())
-        self._schedule()
-        return True
-
-    def _fill_jobs_menu(self) -> None:
-        self.jobs_menu.clear()
-        jobs = self.store.jobs()
-        if not jobs:
-            self.jobs_menu.addAction(QAction("no multi-node jobs yet", self, enabled=False))
-        for job in jobs:
-            n = len(job["members"])
-            title = printable(f"{job['title']} ({job['id']})") + (" · declined" if job["declined"] else
-                                                                 f" · {n} agent{'s' * (n != 1)}")
-            sub = self.jobs_menu.addMenu(title)
-            sub.addAction(QAction("Add its agents…", self, triggered=lambda _=False, j=job["id"]: self._offer_again(j)))
-            if n:
-                sub.addAction(QAction("Remove job (stop following its agents)…", self,
-                                      triggered=lambda _=False, j=job["id"]: self.remove_job(j)))
-
-    def _offer_again(self, run_id: str) -> None:
-        plan = self.job_plan(run_id)
-        if plan is None or not plan.missing:
-            self.statusBar().showMessage("every agent of this job is followed" if plan else
-                                         "no agent followed has this job", 8000)
-            return
-        self.job_bar.offer(plan)
 
 
 def _health_text(h: Health) -> str:
