@@ -12,16 +12,18 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QMainWindow
+from PySide6.QtWidgets import QApplication, QMainWindow, QStyle, QSystemTrayIcon
 
+from pilothouse.text import printable
 from pilothouse.wire.entries import KIND_EVENT, Entry, entry_body
 
 from ..alerts import Alert, AlertBook, Marker, is_alert, place
 from ..local_store import LocalStore
 from ..models import RunKey, RunsModel
-from .alerts import AlertsPanel, Notifier
+from .alerts import AlertsPanel
 
 NAME_WAIT_MS = 2000  # a notification waits this long at most for its run's name (the run list lags ~1 s)
+NOTIFY_MS = 15000
 
 
 class AlertNotices(QObject):
@@ -115,6 +117,34 @@ class AlertNotices(QObject):
     def _notify_unnamed(self) -> None:
         if not self._closed:
             self._notify([], wait=False)
+
+
+class Notifier:
+    """A desktop notification per batch of alerts that fired live: the system tray's balloon,
+    or where there is no tray, the status bar and the taskbar's attention hint."""
+
+    def __init__(self, window: QMainWindow, on_click: Callable[[], None]):
+        self.window = window
+        self.on_click = on_click  # the balloon was clicked: show the alerts
+        self.tray: QSystemTrayIcon | None = None
+
+    def notify(self, alerts: list[Alert], title: Callable[[RunKey], str]) -> None:
+        if not alerts:
+            return
+        first = alerts[0]
+        head = (printable(f"⚠ {first.rule} on {title(first.key)}") if len(alerts) == 1
+                else f"⚠ {len(alerts)} alerts firing")
+        body = "\n".join(printable(f"{title(a.key)}: {a.summary()}") for a in alerts)
+        if QSystemTrayIcon.isSystemTrayAvailable():
+            if self.tray is None:
+                icon = self.window.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning)
+                self.tray = QSystemTrayIcon(icon, self.window, toolTip="Pilothouse")
+                self.tray.messageClicked.connect(self.on_click)
+                self.tray.show()
+            self.tray.showMessage(head, body, QSystemTrayIcon.MessageIcon.Warning, NOTIFY_MS)
+        else:
+            self.window.statusBar().showMessage(f"{head}: {body.replace(chr(10), '; ')}", NOTIFY_MS)
+            QApplication.alert(self.window)
 
 
 def _load(store: LocalStore) -> AlertBook:

@@ -1,5 +1,4 @@
-"""The Alerts tab (firing and recent alerts across runs, the agents' rules) and the desktop
-notification of an alert that fires while the app is open.
+"""The Alerts tab: firing and recent alerts across runs, and the agents' rules.
 
 Why rule edits go through a background thread: ``Client`` calls wait on the network (up to
 the timeout), which must not freeze the window; the answer comes back as a signal, and the
@@ -16,7 +15,6 @@ from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QApplication,
     QCheckBox,
     QComboBox,
     QDialog,
@@ -26,11 +24,8 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QMainWindow,
     QPushButton,
     QSplitter,
-    QStyle,
-    QSystemTrayIcon,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -40,12 +35,11 @@ from PySide6.QtWidgets import (
 from pilothouse.client import Client
 from pilothouse.text import printable
 
-from ..alerts import FLOAT_FIELDS, INT_FIELDS, KIND_FIELDS, KINDS, Alert, AlertBook, rule_from_form, rule_text
+from ..alerts import FLOAT_FIELDS, INT_FIELDS, KIND_FIELDS, KINDS, AlertBook, rule_from_form, rule_text
 from ..models import RunKey
 from .calls import Calls
 from .theme import current, is_restyle, qcolor
 
-NOTIFY_MS = 15000
 FIELD_HINTS = {"metric": "e.g. loss or reward/mean", "threshold": "value", "for_steps": "consecutive steps (1)",
                "pct": "% below the running best", "window": "steps", "seconds": "seconds",
                "util": "GPU utilization % below which it is idle"}
@@ -166,7 +160,7 @@ class AlertsPanel(QWidget):
         _fill(self.recent_table, [(_clock(a.time), self.titles(a.key), a.state, a.rule, _opt(a.step), a.summary())
                                   for a in recent])
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+    def changeEvent(self, event: QEvent) -> None:
         if is_restyle(event):  # another theme: the firing rows take its alert color
             for r in range(self.firing_table.rowCount()):
                 for c in range(self.firing_table.columnCount()):
@@ -237,34 +231,6 @@ class AlertsPanel(QWidget):
         self.status.setText(f"{what}: done")
         if url == self.agent.currentText():
             self.refresh_rules()
-
-
-class Notifier:
-    """A desktop notification per batch of alerts that fired live: the system tray's balloon,
-    or where there is no tray, the status bar and the taskbar's attention hint."""
-
-    def __init__(self, window: QMainWindow, on_click: Callable[[], None]):
-        self.window = window
-        self.on_click = on_click  # the balloon was clicked: show the alerts
-        self.tray: QSystemTrayIcon | None = None
-
-    def notify(self, alerts: list[Alert], title: Callable[[RunKey], str]) -> None:
-        if not alerts:
-            return
-        first = alerts[0]
-        head = (printable(f"⚠ {first.rule} on {title(first.key)}") if len(alerts) == 1
-                else f"⚠ {len(alerts)} alerts firing")
-        body = "\n".join(printable(f"{title(a.key)}: {a.summary()}") for a in alerts)
-        if QSystemTrayIcon.isSystemTrayAvailable():
-            if self.tray is None:
-                icon = self.window.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning)
-                self.tray = QSystemTrayIcon(icon, self.window, toolTip="Pilothouse")
-                self.tray.messageClicked.connect(self.on_click)
-                self.tray.show()
-            self.tray.showMessage(head, body, QSystemTrayIcon.MessageIcon.Warning, NOTIFY_MS)
-        else:
-            self.window.statusBar().showMessage(f"{head}: {body.replace(chr(10), '; ')}", NOTIFY_MS)
-            QApplication.alert(self.window)
 
 
 def _table(columns: tuple[str, ...]) -> QTableWidget:
