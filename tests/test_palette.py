@@ -7,8 +7,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from support.colors import ciede2000, contrast, distance, lab, luminance, simulate
 
-from pilothouse.gui.colors import ciede2000, contrast, distance, lab, luminance, simulate
 from pilothouse.gui.models import SEVERITY
 from pilothouse.gui.palette import PALETTE, RunColors, color, dashed
 from pilothouse.gui.themes import AA_TEXT, STATUSES, TEXT_PAIRS, THEMES, Theme, status_role

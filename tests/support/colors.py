@@ -4,6 +4,7 @@ simulation.
 Why here and not eyeballed: "readable" and "distinguishable" are numbers.  The themes' text
 colors are checked against WCAG's 4.5:1, and the run palette's pairwise CIEDE2000 distance is
 checked as people with normal vision, deuteranopia and protanopia see it (Machado et al. 2009).
+Test support, not shipped: the palette and themes are fixed values, so only test_palette.py measures them.
 """
 
 from __future__ import annotations
