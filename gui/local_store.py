@@ -41,9 +41,10 @@ from typing import Any
 import numpy as np
 import platformdirs
 
+from pilothouse.gui.store_schema import open_store, rollout_search
 from pilothouse.gui.tiers import Clip, Tiers, TierView
 from pilothouse.store.db import open_db, transaction
-from pilothouse.store.rollout_search import Hit, RolloutSearch
+from pilothouse.store.rollout_search import Hit
 from pilothouse.store.tier_table import TOP
 from pilothouse.store.tiers import RECORD
 from pilothouse.wire.checks import INT64_MAX
@@ -67,22 +68,6 @@ FIRST_BATCH = 64
 BATCH_PAUSE = 0.02
 PART_POINTS = 1 << 20  # points a part of a streamed metric holds (about 24 MB)
 INDEX_TEXT_BYTES = 256 * 1024  # rollout text one indexing transaction takes: about 12 ms
-# An entry's share of the file: its blobs and names plus about what SQLite spends per row in
-# the table and its two indexes.
-_ENTRY_BYTES = ("COALESCE(length(NEW.steps), 0) + COALESCE(length(NEW.vals), 0) + COALESCE(length(NEW.times), 0)"
-                " + COALESCE(length(NEW.body), 0) + 2 * (length(CAST(NEW.run AS BLOB))"
-                " + COALESCE(length(CAST(NEW.metric AS BLOB)), 0) + length(CAST(NEW.agent AS BLOB))) + 48")
-_TRIGGERS = (
-    f"""CREATE TRIGGER IF NOT EXISTS entry_bytes AFTER INSERT ON entries BEGIN
-        INSERT INTO run_bytes VALUES (NEW.agent, NEW.run, {_ENTRY_BYTES})
-        ON CONFLICT(agent, run) DO UPDATE SET bytes = bytes + excluded.bytes; END""",
-    """CREATE TRIGGER IF NOT EXISTS part_bytes AFTER UPDATE OF n ON entries BEGIN
-        UPDATE run_bytes SET bytes = bytes + 24 * (NEW.n - OLD.n) WHERE agent=NEW.agent AND run=NEW.run; END""",
-    """CREATE TRIGGER IF NOT EXISTS removed_entries BEFORE INSERT ON entries WHEN EXISTS
-        (SELECT 1 FROM removed_runs WHERE agent=NEW.agent AND run=NEW.run) BEGIN SELECT RAISE(IGNORE); END""",
-    """CREATE TRIGGER IF NOT EXISTS removed_run_rows BEFORE INSERT ON runs WHEN EXISTS
-        (SELECT 1 FROM removed_runs WHERE agent=NEW.agent AND run=NEW.id) BEGIN SELECT RAISE(IGNORE); END""",
-)
 
 
 def default_path() -> Path:
@@ -134,40 +119,9 @@ class LocalStore:
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else default_path()
         self.db = open_db(self.path)
-        self.rollout_search = RolloutSearch(self.db, "entries", "rowid", ("agent", "run"))
+        open_store(self.db)
+        self.rollout_search = rollout_search(self.db)
         self.tiers = Tiers(self.db)
-        self._create_tables()
-
-    def _create_tables(self) -> None:
-        db = self.db
-        with transaction(self.db):  # one writer at a time: links and the UI open the file together
-            db["agents"].create({"url": str, "name": str, "added": float, "cursor": int, "remembered": int,
-                                 "journal": str},
-                                pk="url", defaults={"cursor": 0, "remembered": 1}, not_null={"cursor"},
-                                if_not_exists=True)
-            db["runs"].create({"agent": str, "id": str, "project": str, "name": str, "kind": str,
-                               "status": str, "host": str, "last_step": int, "created": float,
-                               "updated": float, "data": bytes}, pk=("agent", "id"), if_not_exists=True)
-            db["entries"].create({"agent": str, "id": int, "run": str, "kind": str, "metric": str, "rank": int,
-                                  "n": int, "steps": bytes, "vals": bytes, "times": bytes, "body": bytes},
-                                 pk=("agent", "id"), if_not_exists=True)
-            db["entries"].create_index(["agent", "run", "kind", "metric", "id"], if_not_exists=True)
-            db["settings"].create({"key": str, "value": bytes}, pk="key", if_not_exists=True)
-            db["removed_runs"].create({"agent": str, "run": str, "at": float, "pending": int},
-                                      pk=("agent", "run"), if_not_exists=True)
-            db["jobs"].create({"id": str, "title": str, "added": float, "declined": int}, pk="id",
-                              not_null={"declined"}, defaults={"declined": 0}, if_not_exists=True)
-            db["job_agents"].create({"job": str, "url": str, "host": str, "agent": str}, pk=("job", "url"),
-                                    if_not_exists=True)
-            if not db["run_bytes"].exists():  # a store from before run sizes: count once, then the trigger does
-                db["run_bytes"].create({"agent": str, "run": str, "bytes": int}, pk=("agent", "run"))
-                size = _ENTRY_BYTES.replace("NEW.", "")
-                db.execute(f"INSERT INTO run_bytes SELECT agent, run, SUM({size}) FROM entries GROUP BY agent, run")
-            for trigger in _TRIGGERS:
-                db.execute(trigger)
-            self.rollout_search.create()
-            if self.tiers.create():  # a store from before the tiers (or these records): build them once
-                self.tiers.add_all()
 
     def close(self) -> None:
         self.db.conn.close()

@@ -77,10 +77,6 @@ class Tiers:
         self._resumes: dict[tuple[str, str], np.ndarray] = {}  # (agent, run) -> when each resume began
         self._version = -1  # the file's data_version the resumes were read at (another connection writes)
 
-    def create(self) -> bool:
-        """Create the table; True when it holds nothing yet (``add_all`` then builds it)."""
-        return self.table.create()
-
     def add(self, stored: Iterable[tuple[str, Sequence[Sequence]]]) -> None:
         """Fold newly stored metric entries of agents, (agent, entries) each (protocol field order:
         id, run, kind, metric, rank, n, steps, vals, times, body), into the tiers, every metric in
@@ -174,8 +170,8 @@ class Tiers:
 
             rec = self._split(key, rec, level, pick, raw, clip)
             return draw_by_time(rec[(rec["tlast"] >= t0) & (rec["tfirst"] <= t1)], level, t0, t1, pixels)
-        steps, vals, times = self._raw_points(agent, run, metric, float(rec["xfirst"][0]), float(rec["xlast"][-1]),
-                                              raw, clip)
+        _, vals, times = self._raw_points(agent, run, metric, float(rec["xfirst"][0]), float(rec["xlast"][-1]), raw,
+                                          clip)
         return _raw_view(times, vals, t0, t1, pixels)
 
     def _split(self, key: tuple, rec: np.ndarray, level: int, pick: Callable[[np.ndarray], np.ndarray],

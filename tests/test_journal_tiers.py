@@ -159,6 +159,7 @@ def test_a_journal_from_before_the_tiers_builds_them_and_a_removal_deletes_them(
     assert pack(store) > 0
     store.db.execute("DROP TABLE tiers")
     store.db.execute("DROP TABLE tier_marks")
+    store.db.execute("PRAGMA user_version=0")  # as a file from before the schema was numbered
     store.db.close()
     store = Store(path)
     assert set(store.tiers.building) == {"r1", "r2"}
@@ -191,6 +192,7 @@ def test_a_journal_with_tiers_of_an_older_record_drops_them_and_builds_them_agai
     store.tiers.flush_all()
     store.commit()
     store.db.execute("ALTER TABLE tiers RENAME COLUMN buckets TO records")  # as a journal of the last version
+    store.db.execute("PRAGMA user_version=0")  # as a file from before the schema was numbered
     store.db.close()
     store = Store(path)
     assert set(store.tiers.building) == {"r1"} and not store.db.execute("SELECT COUNT(*) FROM tiers").fetchone()[0]

@@ -163,6 +163,7 @@ def test_a_store_from_before_the_index_queues_its_rollouts_once(tmp_path):
                                pack({"step": 2, "time": 1.0, "rows": STEP0}))], 1)
     for table in ("rollout_text", "rollout_batches", "rollout_queue"):
         store.db.execute(f"DROP TABLE {table}")
+    store.db.execute("PRAGMA user_version=0")  # as a file from before the schema was numbered
     store.close()
     store = indexed(LocalStore(path))
     assert store.rollout_steps(A, "r1") == [(2, 3, 0.5)] and found(store, "lyon") == [(2, "Lyon")]

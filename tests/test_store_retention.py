@@ -51,6 +51,7 @@ def test_sizes_follow_writes_ignore_resends_and_are_counted_once_for_an_old_stor
     assert store.run_sizes() == sizes
     store.db.execute("DROP TABLE run_bytes")  # a store from before run sizes
     store.db.execute("DROP TRIGGER entry_bytes")
+    store.db.execute("PRAGMA user_version=0")  # as a file from before the schema was numbered
     store.close()
     assert LocalStore(tmp_path / "s.sqlite").run_sizes() == sizes
 

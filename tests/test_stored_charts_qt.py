@@ -15,7 +15,8 @@ pytest.importorskip("pytestqt")
 
 from test_charts_panel_qt import chunk
 
-from pilothouse.gui._qt.charts import OLD, ChartsPanel
+from pilothouse.gui._qt.charts import ChartsPanel
+from pilothouse.gui.charts_model import OLD
 from pilothouse.gui.groups import band
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.lod import Ema, Series, ema
@@ -48,7 +49,7 @@ def test_a_long_run_is_drawn_from_the_tiers_with_spikes_gaps_zoom_and_live_point
     qtbot.addWidget(panel)
     panel.resize(1200, 800)
     panel.show()
-    panel.stored_points = 50_000  # loss is longer: read from the tiers; lr stays in memory
+    panel.model.stored_points = 50_000  # loss is longer: read from the tiers; lr stays in memory
     panel.show_runs([KEY], store)
     chart = panel.charts["loss"]
     curve = chart.curves["r1"]
@@ -106,7 +107,7 @@ def test_a_long_run_on_the_wall_time_axis_is_drawn_from_the_tiers(qtbot, tmp_pat
     qtbot.addWidget(panel)
     panel.resize(1200, 800)
     panel.show()
-    panel.stored_points = 50_000
+    panel.model.stored_points = 50_000
     panel.x_axis.setCurrentText("wall time")
     panel.show_runs([KEY], store)
     chart = panel.charts["loss"]
@@ -154,12 +155,12 @@ def test_groups_of_long_runs_are_drawn_from_their_tiers_with_exact_bands(qtbot, 
     qtbot.addWidget(panel)
     panel.resize(1200, 800)
     panel.show()
-    panel.stored_points = 50_000
+    panel.model.stored_points = 50_000
     panel.show_runs([(A, r["id"]) for r in runs], store)
     panel.group_box.setCurrentIndex(panel.group_box.findData("config:lr"))
     panel.group_box.activated.emit(panel.group_box.currentIndex())
     chart = panel.charts["loss"]
-    assert set(chart.curves) == {"group:lr=1", "group:lr=2"} and "loss" not in panel.points
+    assert set(chart.curves) == {"group:lr=1", "group:lr=2"} and "loss" not in panel.model.points
     group = chart.curves["group:lr=1"].series
     assert isinstance(group, StoredGroup) and isinstance(panel.charts["lr"].curves["group:lr=1"].series, Series)
     chart.flush()
@@ -219,6 +220,7 @@ def test_a_long_run_resumed_on_the_same_node_is_drawn_from_each_attempts_tiers(q
     assert store.summary(A, "r1", "loss")["count"].tolist() == [first]  # attempt 2 in tiers of its own
     assert store.summary(A, "r1", "loss\x1f2")["count"].tolist() == [len(steps2)]
     store.db.execute("DROP TABLE tiers")  # built again from the entries: the resume is read from its event
+    store.db.execute("PRAGMA user_version=0")  # as a file from before the schema was numbered
     store.close()
     store = LocalStore(tmp_path / "s.sqlite")
     assert store.summary(A, "r1", "loss\x1f2")["count"].tolist() == [len(steps2)]
@@ -227,7 +229,7 @@ def test_a_long_run_resumed_on_the_same_node_is_drawn_from_each_attempts_tiers(q
     qtbot.addWidget(panel)
     panel.resize(1200, 800)
     panel.show()
-    panel.stored_points = 50_000
+    panel.model.stored_points = 50_000
     panel.show_runs([KEY], store)
     chart = panel.charts["loss"]
     curve, old = chart.curves["r1"], chart.curves["r1" + OLD]

@@ -20,8 +20,9 @@ from collections import deque
 
 import numpy as np
 
+from pilothouse.node.journal import Store
+from pilothouse.node.journal_schema import ENTRY_OVERHEAD
 from pilothouse.wire import packed_chunks
-from pilothouse.node.journal import ENTRY_OVERHEAD, Store
 from pilothouse.wire.entries import KIND_METRIC, Entry
 
 MIN_ROWS = int(os.environ.get("PILOTHOUSE_PACK_ROWS", "256"))  # plain entries a stream gathers before its

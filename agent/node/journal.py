@@ -14,15 +14,23 @@ from __future__ import annotations
 import struct
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from pilothouse.node.journal_schema import (
+    COUNT_RUNS,
+    ENTRY_BYTES,
+    ENTRY_OVERHEAD,
+    open_journal,
+    rollout_search,
+    tier_table,
+)
 from pilothouse.node.journal_tiers import JournalTiers
 from pilothouse.store.db import open_db
-from pilothouse.store.rollout_search import RolloutSearch
 from pilothouse.wire import packed_chunks
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import (
@@ -57,15 +65,6 @@ RUN_COLUMNS = ("id", "project", "name", "kind", "host", "pid", "pid_started", "c
                "last_seen", "ended", "last_step", "dropped_records", "dropped_points", "lost_records", "points",
                "bytes", "attempts")
 
-# A run's disk use: the bytes of its entries' blobs plus what a row and its index entry take besides
-# (about 70 bytes for a one-point chunk, measured), kept in ``runs.bytes`` as entries are committed.
-ENTRY_OVERHEAD = 64
-_ENTRY_BYTES = (f"{ENTRY_OVERHEAD} + COALESCE(length(steps), 0) + COALESCE(length(vals), 0) "
-                "+ COALESCE(length(times), 0) + COALESCE(length(body), 0)")
-# counts a run from its rows: for journals from before the counters, and runs written around
-# ``commit`` (an import), whose counters are NULL until then
-_COUNT_RUNS = (f"UPDATE runs SET (points, bytes) = (SELECT COALESCE(SUM(n) FILTER (WHERE kind='{KIND_METRIC}'), 0), "
-               f"COALESCE(SUM({_ENTRY_BYTES}), 0) FROM journal WHERE run=runs.id) WHERE bytes IS NULL")
 _FIELDS = ", ".join(ENTRY_FIELDS)  # the journal also has first_id: where a packed entry begins
 _MARKS = ", ".join("?" * len(ENTRY_FIELDS))
 _HIDDEN = "run NOT IN (SELECT id FROM runs WHERE removing IS NOT NULL)"  # rows of runs being removed
@@ -107,8 +106,9 @@ class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.db = open_db(self.path)  # explicit transactions: one per agent loop turn
-        self._create_tables()
-        self.tiers = JournalTiers(self.db.conn)  # every metric's min/max tiers, kept as entries commit
+        open_journal(self.db)
+        self.rollout_search = rollout_search(self.db)
+        self.tiers = JournalTiers(tier_table(self.db))  # every metric's min/max tiers, kept as entries commit
         self.journal_id = self._journal_id()
         self.head = self._stored_head()
         self.max_seq = self._load_streams()
@@ -121,58 +121,6 @@ class Store:
         self._dirty_streams: set[Stream] = set()
         self._dirty_runs: dict[str, int] = {}
         self._undo: list[tuple[dict, Any, Any]] = []  # (mapping, key, old value) since the turn began
-
-    def _create_tables(self) -> None:
-        db = self.db
-        db["runs"].create({
-            "id": str, "project": str, "name": str, "kind": str, "host": str, "pid": int,
-            "pid_started": float, "config": bytes, "created": float, "status": str, "last_seen": float,
-            "ended": float, "last_step": int, "dropped_records": int,
-            "dropped_points": int, "lost_records": int, "schema": bytes, "points": int, "bytes": int,
-            "removing": float, "attempts": int, "nodes": bytes,
-        }, pk="id", not_null={"attempts"}, defaults={"attempts": 1}, if_not_exists=True)  # an imported run: 1
-        if "attempts" not in db["runs"].columns_dict:  # a journal from before attempts: each run counts as one
-            db["runs"].add_column("attempts", int, not_null_default=1)
-        if "nodes" not in db["runs"].columns_dict:  # a journal from before multi-node jobs
-            db["runs"].add_column("nodes", bytes)
-        # a run's metrics and their last values: a row each, so a turn writes only what changed
-        db["last_values"].create({"run": str, "metric": str, "value": bytes}, pk=("run", "metric"),
-                                 if_not_exists=True)
-        if "summary" in db["runs"].columns_dict:  # a journal from before: one blob per run
-            db["last_values"].insert_all(
-                ({"run": run, "metric": metric, "value": _F64.pack(value)}
-                 for run, blob in db.execute("SELECT id, summary FROM runs").fetchall()
-                 for metric, value in (unpack_blob(blob) or {}).items()), replace=True)
-            db["runs"].transform(drop={"summary"})
-        db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
-        db["run_owners"].create({"run": str, "proof": str}, pk="run", if_not_exists=True)  # see node.run_owners
-        # a project's chosen headline metric: kept here so every client of this agent shows the same
-        db["key_metrics"].create({"project": str, "metric": str, "updated": float}, pk="project",
-                                 if_not_exists=True)
-        db["commands"].create({
-            "cid": str, "run": str, "cmd": str, "args": bytes, "who": bytes, "sent": float, "state": str,
-            "step": int, "detail": str, "applied": bytes, "updated": float,
-        }, pk="cid", if_not_exists=True)
-        db["commands"].create_index(["run", "state"], if_not_exists=True)
-        if db["streams"].exists() and "session" not in db["streams"].columns_dict:  # a journal from before sessions
-            db["streams"].add_column("session", str, not_null_default="")
-            db["streams"].transform(pk=("run", "rank", "session"))
-        db["streams"].create({"run": str, "rank": int, "session": str, "max_seq": int},
-                             pk=("run", "rank", "session"), not_null={"session"}, if_not_exists=True)
-        db["journal"].create({
-            "id": int, "run": str, "kind": str, "metric": str, "rank": int, "n": int,
-            "steps": bytes, "vals": bytes, "times": bytes, "body": bytes, "first_id": int,
-        }, pk="id", if_not_exists=True)
-        db["journal"].create_index(["run", "kind", "metric", "id"], if_not_exists=True)
-        if "first_id" not in db["journal"].columns_dict:  # a journal from before packing (see compactor)
-            db["journal"].add_column("first_id", int)
-        db.execute("CREATE INDEX IF NOT EXISTS journal_packed ON journal (first_id) WHERE first_id IS NOT NULL")
-        if "removing" not in db["runs"].columns_dict:  # a journal from before retention: counted once, here
-            for column, kind in (("points", int), ("bytes", int), ("removing", float)):
-                db["runs"].add_column(column, kind)
-            db.execute(_COUNT_RUNS)
-        self.rollout_search = RolloutSearch(db, "journal", "id", ("run",))
-        self.rollout_search.create()
 
     def _stored_head(self) -> int:
         """The last entry id used: a removed run's ids are never given again (readers hold cursors)."""
@@ -232,7 +180,7 @@ class Store:
             "UPDATE runs SET last_step=IIF(?1 IS NULL, last_step, MAX(COALESCE(last_step, -1), ?1)), "
             "points=points+?2, bytes=bytes+?3 WHERE id=?4",
             [(self._dirty_runs.get(run), *written.get(run, (0, 0)), run) for run in {**self._dirty_runs, **written}])
-        self.db.conn.executemany(f"{_COUNT_RUNS} AND id=?", [(run,) for run in written])
+        self.db.conn.executemany(f"{COUNT_RUNS} AND id=?", [(run,) for run in written])
         self._dirty_runs.clear()
 
     def close(self) -> None:
@@ -443,7 +391,7 @@ class Store:
             return None
         batch, rollouts, total = [], [], 0
         for entry_id, kind, entry_bytes in self.db.execute(
-                f"SELECT id, kind, {_ENTRY_BYTES} + IIF(kind='{KIND_ROLLOUTS}', n * {UNINDEX_ROW_BYTES}, 0) "
+                f"SELECT id, kind, {ENTRY_BYTES} + IIF(kind='{KIND_ROLLOUTS}', n * {UNINDEX_ROW_BYTES}, 0) "
                 "FROM journal WHERE run=? LIMIT ?", [run, rows]).fetchall():
             batch.append((entry_id,))
             if kind == KIND_ROLLOUTS:

@@ -25,7 +25,6 @@ packed while it is built, every point is in exactly one row the builder reads on
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from dataclasses import dataclass
 
@@ -57,14 +56,8 @@ class Build:
 class JournalTiers:
     """The tiers of one journal connection; every write is in the journal's current transaction."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.table = TierTable(conn, ("run", "metric"), ids=False, compress=True)
-        fresh = self.table.create()
-        conn.execute("CREATE TABLE IF NOT EXISTS tier_marks (run TEXT PRIMARY KEY, folded_to INTEGER NOT NULL, "
-                     "cursors BLOB)")
-        if fresh:  # a journal from before the tiers (or these records): each run is built from its first entry
-            conn.execute("INSERT OR IGNORE INTO tier_marks SELECT id, 0, NULL FROM runs")
+    def __init__(self, table: TierTable) -> None:
+        self.conn, self.table = table.conn, table  # its tables are made by ``journal_schema``
         self.building: dict[str, Build] = {}
         self.waiting: dict[str, dict[str, list[tuple[bytes, bytes, bytes]]]] = {}  # run -> metric -> chunks
         self._since: dict[str, tuple[float, int]] = {}  # run -> (when its first point began waiting, points)
