@@ -27,6 +27,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from pilothouse.wire.queries import READ_OPS
+
 log = logging.getLogger("pilothouse.agent")
 
 REMIND_EVERY = 60.0  # seconds between log lines while the disk stays full
@@ -38,11 +40,6 @@ RESERVE_BYTES = 8 << 20  # kept in the data folder while space allows (see the m
 RESERVE_NAME = "space.reserve"
 # Free space beyond the headroom that ends the state: it must not flap as batches come and go.
 CLEAR_BYTES = 16 << 20
-# Queries that only read: answered on a full disk.  Every other query changes something and is
-# refused while space is short, as are records; a trainer's heartbeats, hello and finish are not
-# (its loss counters, floor and status are what a full disk must not lose).
-READ_OPS = frozenset({"ping", "runs", "resolve", "read", "alerts", "key_metric", "rollouts", "tiers",
-                      "command_status"})
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -90,7 +87,8 @@ class DiskSpace:
 
     def refuses(self, msg: dict) -> str | None:
         """The text to refuse ``msg`` with if it brings new data or changes while space is short; None
-        if it goes on (reads, and a trainer's heartbeats, hello and finish)."""
+        if it goes on (queries that only read, ``READ_OPS``, and a trainer's heartbeats, hello and
+        finish: its loss counters, floor and status are what a full disk must not lose)."""
         if (msg["t"] == "q" and msg.get("op") in READ_OPS) or msg["t"] not in ("rec", "q") \
                 or not (self._short or self.full_since is not None):
             return None

@@ -16,8 +16,9 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import zmq
 
@@ -29,35 +30,28 @@ from pilothouse.node.disk_space import REMIND_EVERY, DiskSpace, is_disk_full
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.import_desk import ImportDesk
 from pilothouse.node.journal import Store
-from pilothouse.node.journal_tiers import NotReady
 from pilothouse.node.limits import LOCAL_CONNECTIONS, REMOTE_CONNECTIONS, Doorman, raise_fd_limit, tune
-from pilothouse.node.liveness import HELLO, Liveness, Session, Sessions, ended_as
-from pilothouse.node.losses import UnsavedLosses
+from pilothouse.node.liveness import Liveness, Sessions
+from pilothouse.node.query_desk import QueryDesk
 from pilothouse.node.recover import corrupt_message, is_corrupt
 from pilothouse.node.retention import Retention
 from pilothouse.node.rules_file import load_rules
 from pilothouse.node.run_owners import RunOwners
 from pilothouse.node.sampler import SystemSampler
+from pilothouse.node.trainer_desk import TrainerDesk
 from pilothouse.security import CurveListener, Gate, Keyring, key_hex, local_keyring, private_dir
-from pilothouse.store.rollout_search import ROW_BITS
-from pilothouse.store.tiers import LEVELS, RECORD, WIDTHS, columns
 from pilothouse.version import __version__
-from pilothouse.wire.checks import ENV_TOKEN, SYSTEM_RUN_PREFIX, check_int, check_name, check_step_bound, query_arg
-from pilothouse.wire.entries import check_kinds
+from pilothouse.wire.checks import SYSTEM_RUN_PREFIX
 from pilothouse.wire.messages import (
     MAX_INBOUND_BYTES,
-    MAX_PAGE_POINTS,
-    MAX_TIER_METRICS,
-    MAX_TIER_PIXELS,
     ProtocolError,
     decode,
     message,
     pack,
 )
+from pilothouse.wire.queries import check_query
 from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer
-from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS, MAX_SEARCH_HITS, ROLLOUT_PAGE_BYTES
 from pilothouse.wire.urls import check_url, is_loopback
-from pilothouse.wire.watched import USER_KINDS, WATCHED
 
 log = logging.getLogger("pilothouse.agent")
 
@@ -82,7 +76,8 @@ class Refused(ProtocolError):
 
 class Agent:
     """The loop; what it knows lives in components handed the journal: ``liveness`` (trainer
-    processes), ``commands`` (the command desk), ``alerts`` (the alert desk), ``feed`` (readers)."""
+    processes), ``trainers`` (their messages), ``commands`` (the command desk), ``alerts`` (the alert
+    desk), ``queries`` (what clients read), ``imports``, ``retention``, ``feed`` (readers following)."""
 
     def __init__(self, bind: str, data_dir: str | Path, *, sample_interval: float = 1.0,
                  stale_after: float = 5.0, sampler: SystemSampler | None = None,
@@ -132,31 +127,31 @@ class Agent:
         self.sample_interval = sample_interval
         self.bad_frames = 0
         self.internal_errors = 0
-        self._acks: dict[tuple[bytes, str, int], int] = {}
-        self._losses = UnsavedLosses()  # trainers' loss counters, until a commit holds them
         self._replies: list[tuple[bytes, dict, bool]] = []  # sent once the turn's writes are committed
         self._stop = threading.Event()
         self.feed = ReaderFeed(self.store, self._send, reader_timeout, self._admits)
         self._system_run = self._register_system_run()
         self.liveness = Liveness(self.store, self.host, stale_after)
         self.sessions = Sessions(self.host, stale_after)
-        self.owners = RunOwners(self.store.db, self.sessions, self.liveness, self.host)
-        self._refusals: dict[tuple[str, int], tuple[float, int]] = {}  # (run, rank) -> (last audited, since)
         self.commands = CommandDesk(self.store, self.liveness, self._reply)
         self.alerts = AlertDesk(self.store, self.liveness, self.commands, self._system_run, alerts, file_rules)
-        self._ops: dict[str, Callable[[dict], Any]] = {
-            "ping": self._op_ping, "runs": self._op_runs, "resolve": self._op_resolve, "read": self._op_read,
-            "alerts": self.alerts.op_alerts, "alert_add": self.alerts.op_alert_add,
-            "alert_rm": self.alerts.op_alert_rm, "key_metric": self._op_key_metric,
-            "key_metric_set": self._op_key_metric_set, "rollouts": self._op_rollouts, "tiers": self._op_tiers,
-        }
+        owners = RunOwners(self.store.db, self.sessions, self.liveness, self.host)
+        self.trainers = TrainerDesk(self.store, self.sessions, owners, self.liveness, self.commands, self.alerts,
+                                    self.host, self._reply, self._bad_input)
+        self.queries = QueryDesk(self.store, self.liveness, self.alerts.engine)  # what clients read
         self.imports = ImportDesk(self.store)  # a run from an archive: hidden until its last batch is in
-        self._ops.update({"import_begin": self.imports.op_begin, "import_batch": self.imports.op_batch,
-                          "import_end": self.imports.op_end, "import_abort": self.imports.op_abort})
         self.retention = Retention(self.store, self.liveness, self.sessions, self.commands, self.alerts,
                                    self._system_run, self.host)  # rm and gc: a run hidden at once, deleted in batches
-        self._ops.update({"remove": self.retention.op_remove, "gc": self.retention.op_gc})
         self.compactor = Compactor(self.store)  # small metric entries packed into large ones, between turns
+        queries, alerts_, imports, retention = self.queries, self.alerts, self.imports, self.retention
+        self._ops: dict[str, Callable[[dict], Any]] = {  # every op of pilothouse.wire.queries.QUERIES
+            "ping": self._op_ping, "runs": queries.op_runs, "resolve": queries.op_resolve, "read": queries.op_read,
+            "key_metric": queries.op_key_metric, "key_metric_set": queries.op_key_metric_set,
+            "rollouts": queries.op_rollouts, "tiers": queries.op_tiers,
+            "alerts": alerts_.op_alerts, "alert_add": alerts_.op_alert_add, "alert_rm": alerts_.op_alert_rm,
+            "import_begin": imports.op_begin, "import_batch": imports.op_batch, "import_end": imports.op_end,
+            "import_abort": imports.op_abort, "remove": retention.op_remove, "gc": retention.op_gc,
+        }
         self._held_ops = {"command": self.commands.op_command, "command_status": self.commands.op_command_status}
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -332,15 +327,15 @@ class Agent:
     def _commit(self) -> list:
         """Trainers' loss counters heard since the last commit are written again first: one heard in a
         turn a full disk undid would else be lost with the trainer gone (see ``node.losses``)."""
-        self._losses.write(self.store)
+        self.trainers.losses.write(self.store)
         return self.store.commit()
 
     def _committed(self, head_before: int, entries: list) -> None:
         """After a commit: acks and replies go out, then the new entries to readers."""
-        self._losses.saved()
-        for (ident, run, rank), seq in self._acks.items():
+        self.trainers.losses.saved()
+        for (ident, run, rank), seq in self.trainers.acks.items():
             self._send(ident, message("ack", run=run, rank=rank, seq=seq))
-        self._acks.clear()
+        self.trainers.acks.clear()
         self._send_replies()
         landed = self.imports.take_landed()
         self.compactor.added(entries)
@@ -353,15 +348,15 @@ class Agent:
         every write is refused with the reason, and trainers are told their records were not kept."""
         self.store.rollback()
         if is_disk_full(exc) or is_corrupt(exc):
-            why = self._storage_failed(exc, len(self._acks) + sum(wrote for _, _, wrote in self._replies))
+            why = self._storage_failed(exc, len(self.trainers.acks) + sum(wrote for _, _, wrote in self._replies))
         else:
             self._failed(what, exc)
             why = f"the agent could not store this ({type(exc).__name__}); nothing of it was kept"
         replies, self._replies = self._replies, []
-        for ident, run, rank in self._acks:
+        for ident, run, rank in self.trainers.acks:
             self._reply(ident, message("err", id=None, msg=f"{why}; run {run} rank {rank}: the trainer keeps "
                                                             "these records and sends them again"))
-        self._acks.clear()
+        self.trainers.acks.clear()
         for ident, msg, wrote in replies:
             if not wrote:
                 self._replies.append((ident, msg, False))
@@ -490,17 +485,8 @@ class Agent:
         if removed is not None:
             self._reply(ident, message("err", id=None, msg=removed))
             return
-        if kind == "rec":
-            self._on_records(ident, msg, now)
-        elif kind == "hb":
-            self._on_heartbeat(ident, msg, now)
-        elif kind == "hello":
-            self._on_hello(ident, msg, now)
-        elif kind == "finish":
-            self._on_finish(ident, msg, now)
-        elif kind == "cack":
-            if self._owner_speaks(ident, msg):
-                self.commands.on_ack(msg, now)
+        if kind in TRAINER_TYPES:
+            self.trainers.handle(ident, msg, now)
         elif kind == "q":
             self._on_query(ident, msg, client_key)
         elif kind == "sub":
@@ -509,152 +495,6 @@ class Agent:
             self.feed.credit(ident, msg["n"])
         elif kind == "unsub":
             self.feed.drop(ident)
-
-    # --- trainers -----------------------------------------------------------------------
-
-    def _owner_speaks(self, ident: bytes, msg: dict, hello: bool = False) -> bool:
-        """Records, heartbeats and acks of a run come only from the process that owns it; anyone
-        else is refused, told why, and recorded on the run (once per 10 s, with a count)."""
-        verdict = self.sessions.speak(*_stream(msg), msg if hello else None)
-        if verdict is None:
-            return True
-        self._not_owner(ident, msg, verdict)
-        return False
-
-    def _not_owner(self, ident: bytes, msg: dict, owner: Session | str) -> None:
-        run, rank, session = _stream(msg)
-        if owner == HELLO:
-            self._reply(ident, message("nack", run=run, rank=rank, reason="hello",
-                                       expect=self.store.max_seq.get((run, rank, session), 0) + 1))
-            return
-        refusal = self._refusals.get((run, rank))
-        now = time.monotonic()
-        if refusal is None or now - refusal[0] > 10:
-            if self.store.has_run(run):
-                self.store.event(run, "refused", {"rank": rank, "message": msg["t"], "pid": msg.get("pid"),
-                                                  "refused": 1 + (refusal[1] if refusal else 0),
-                                                  "detail": f"run {run} rank {rank} belongs to pid {owner.pid}"})
-            self._refusals[(run, rank)] = (now, 0)
-        else:
-            self._refusals[(run, rank)] = (refusal[0], refusal[1] + 1)
-        self._bad_input(ident, f"run {run} rank {rank} is open in another process (pid {owner.pid or '?'}): a run "
-                               f"belongs to the process that opened it while it lives; use another run id, or "
-                               f"resume this one once that process is gone")
-
-    def _on_hello(self, ident: bytes, msg: dict, now: float) -> None:
-        owner = self.sessions.owners.get((msg["run"], msg["rank"]))
-        if not self._owner_speaks(ident, msg, hello=True):
-            return
-        refusal = self.store.resume_refusal(msg) or self._job_refusal(msg)
-        if refusal is not None:  # refused alone: the run, its owner and its streams stay as they were
-            self.sessions.put_back(msg["run"], msg["rank"], owner)
-            self._bad_input(ident, refusal)
-            return
-        self.owners.claim(msg["run"], msg["token"])  # new, or continued now that its job has ended
-        kind = WATCHED if "watched" in msg else "train"
-        if kind == WATCHED and self.store.has_run(msg["run"]) and msg["rank"] == 0 \
-                and self.liveness.status(msg["run"]) in ("finished", "crashed", "stale"):
-            self.store.set_status(msg["run"], "running", now, reason=f"watched by pid {msg['pid']}")
-        resume = self.store.upsert_run(msg, now, kind)
-        if resume is not None:
-            self.store.event(msg["run"], "resumed", {
-                "attempt": resume.attempt, "host": msg["host"], "pid": msg["pid"], "started": msg.get("created", now),
-                "after": ended_as(resume, self.host), "after_step": resume.last_step})
-            if resume.status in ("finished", "crashed", "stale"):
-                self.store.set_status(msg["run"], "running", now, reason=f"resumed by pid {msg['pid']}")
-        if resume is not None or self.liveness.get(msg["run"]) is None or kind == WATCHED:
-            self.liveness.started(msg["run"], msg["host"], msg["pid"], msg.get("pid_started"), kind == WATCHED)
-        if msg.get("alerts") is not None and msg["rank"] == 0:
-            self.alerts.rules_from_hello(msg["run"], msg["alerts"])
-        seq = self.store.max_seq.get(_stream(msg), 0)  # of this process's own stream: a resume starts at 0
-        self._reply(ident, message("welcome", run=msg["run"], rank=msg["rank"], seq=seq))
-        self.commands.trainer_seen(ident, msg["run"], msg["rank"])
-
-    def _job_refusal(self, msg: dict) -> str | None:
-        """Why a hello may not speak for a run another job holds live (see ``node.run_owners``), or
-        None; a refusal is also recorded on the run, as a process refused for a rank is."""
-        run, rank = msg["run"], msg["rank"]
-        if not self.store.has_run(run) or self.owners.admits(run, msg["token"]):
-            return None
-        holder = self.owners.live_holder(run, msg["session"])
-        if holder is None:
-            return None
-        self.store.event(run, "refused", {"rank": rank, "message": "hello", "pid": msg.get("pid"), "refused": 1,
-                                          "detail": f"pid {msg.get('pid')} is not of the job that holds run {run}"})
-        return (f"run {run} is live ({holder}) and this process is not of its job (it lacks the run's token): "
-                f"a rank joins a live run with rank 0's run.token (torch.distributed shares it; elsewhere pass "
-                f"token=run.token or ${ENV_TOKEN}), and a new process continues a run once its job has ended")
-
-    def _on_records(self, ident: bytes, msg: dict, now: float) -> None:
-        run, rank = msg["run"], msg["rank"]
-        if not self.store.has_run(run):
-            self._reply(ident, message("nack", run=run, rank=rank, reason="hello",
-                                       expect=self.store.max_seq.get(_stream(msg), 0) + 1))
-            return
-        verdict = self.sessions.speak(*_stream(msg))
-        if verdict is not None:
-            self.store.check_batch(msg)  # a bad batch is refused as such, from anyone
-            self._not_owner(ident, msg, verdict)
-            return
-        result = self.store.ingest(_stream(msg), msg["seq"], msg["floor"], msg, now)
-        if result.entries:
-            self.alerts.on_entries(result.entries)
-        self.liveness.heard(run, now)
-        self.commands.route(ident, run, rank)
-        if result.expect is not None:
-            self._reply(ident, message("nack", run=run, rank=rank, reason="gap", expect=result.expect))
-        else:
-            if result.refused:
-                self._reply(ident, message("err", id=None, msg=result.refused))
-            self._acks[(ident, run, rank)] = result.seq  # last: an ack is sent only for what was kept
-
-    def _on_heartbeat(self, ident: bytes, msg: dict, now: float) -> None:
-        run = msg["run"]
-        if not self.store.has_run(run):
-            self._reply(ident, message("nack", run=run, rank=msg["rank"], reason="hello", expect=1))
-            return
-        if not self._owner_speaks(ident, msg):
-            return
-        self._note_state(msg, now)
-        self.liveness.heard(run, now)
-        self.commands.trainer_seen(ident, run, msg["rank"])
-        self.liveness.paused(run, msg.get("paused", False), now)
-
-    def _note_state(self, msg: dict, now: float) -> int:
-        """Loss counters and floor from a heartbeat or finish; returns the committed seq."""
-        records, points, floor = (_count(msg.get(k)) for k in ("dropped_records", "dropped_points", "floor"))
-        self._losses.heard(_stream(msg), now, records, points, floor)
-        self.store.touch(msg["run"], now, records, points)
-        if msg.get("step", -1) >= 0:
-            self.store.note_step(msg["run"], msg["step"])
-        return self.store.account_floor(_stream(msg), floor)
-
-    def _on_finish(self, ident: bytes, msg: dict, now: float) -> None:
-        run, rank = msg["run"], msg["rank"]
-        if self.store.has_run(run) and not self._owner_speaks(ident, msg):
-            return
-        have = self._note_state(msg, now) if self.store.has_run(run) else 0
-        if not self.store.has_run(run) or have < msg["seq"]:
-            self._reply(ident, message("nack", run=run, rank=rank, expect=have + 1,
-                                       reason="hello" if not self.store.has_run(run) else "gap"))
-            return
-        ending = "crashed" if msg.get("status") == "crashed" else "finished"
-        self.sessions.release(*_stream(msg))
-        if self._ends_run(run, rank) and self.liveness.finished(run, ending):
-            if ending == "crashed":  # the training code raised: its process said why
-                self.store.set_status(run, "crashed", now, reason=msg.get("error", ""))
-                self.commands.close(run, "the trainer crashed before applying it", now)
-            else:
-                self.store.set_status(run, "finished", now)
-                self.commands.close(run, "the run finished before applying it", now)
-        self._reply(ident, message("finished", run=run, rank=rank))
-
-    def _ends_run(self, run: str, rank: int) -> bool:
-        """A run ends with its rank 0; on another node's agent of a multi-node job, which never hears
-        rank 0, with the last of the ranks it holds."""
-        if rank == 0:
-            return True
-        return not self.sessions.open_ranks(run) and not any(k[:2] == (run, 0) for k in self.store.max_seq)
 
     def _check_liveness(self) -> None:
         now = time.time()
@@ -705,20 +545,16 @@ class Agent:
 
     def _on_query(self, ident: bytes, msg: dict, client_key: str | None = None) -> None:
         name = msg["op"]
-        args = msg.get("args") or {}
         try:
-            if not isinstance(args, dict):
-                raise TypeError("query args must be a map")
+            args = check_query(name, msg.get("args") or {})  # an unknown op or argument, a bad value: refused here
             if name in SIGNED_OPS:
-                args = {**args, "who": self._sender(args.get("who"), client_key)}
+                args["who"] = self._sender(args["who"], client_key)
             if name in self._held_ops:  # commands: the desk may hold the answer until the trainer's ack
                 data = self._held_ops[name](args, ident, msg["id"])
                 if data is None:
                     return
-            elif name in self._ops:
-                data = self._ops[name](args)
             else:
-                raise ValueError(f"unknown query {str(name)[:40]!r}")
+                data = self._ops[name](args)
         except (LookupError, ValueError, TypeError, OverflowError) as exc:
             raise Refused(exc.args[0] if exc.args else str(exc), msg["id"]) from None
         self._reply(ident, message("r", id=msg["id"], data=data))
@@ -738,120 +574,6 @@ class Agent:
                 "gpus": self.sampler.gpu_count, "bad_frames": self.bad_frames,
                 "internal_errors": self.internal_errors, "disk_full": self.space.state, "damaged": self.damaged}
 
-    def _op_runs(self, args: dict) -> list[dict]:
-        rows = self.store.runs()
-        firing: dict[str, list[str]] = {}
-        for alert in self.alerts.engine.firing():
-            firing.setdefault(alert.run, []).append(alert.rule.name)
-        for row in rows:
-            row["alerts"] = sorted(set(firing.get(row["id"], ())))  # rules firing on it now
-            live = self.liveness.get(row["id"])
-            if live is not None and row["kind"] in USER_KINDS:
-                row["status"] = live.status
-                row["silent"] = round(time.time() - live.seen, 1)
-        return rows
-
-    def _op_resolve(self, args: dict) -> str:
-        return self.store.resolve(query_arg(args, "ref", str))
-
-    def _op_key_metric(self, args: dict) -> dict:
-        """A project's chosen key metric (None: automatic) and how many of its runs log it."""
-        project = check_name(args.get("project"), "project")
-        metric = self.store.key_choices().get(project)
-        runs, logging = self.store.project_logging(project, metric or "")  # "": no metric is named that
-        return {"project": project, "metric": metric, "runs": runs, "logging": logging}
-
-    def _op_key_metric_set(self, args: dict) -> dict:
-        """Choose a project's key metric for every client of this agent; ``metric`` None clears it.
-        Names are checked as a trainer's are: what is stored is a name a run could log."""
-        project = check_name(args.get("project"), "project")
-        metric = args.get("metric")
-        if metric is not None:
-            check_name(metric, "metric name")
-        self.store.set_key_choice(project, metric, time.time())
-        return self._op_key_metric({"project": project})
-
-    def _op_read(self, args: dict) -> dict:
-        after = check_int(query_arg(args, "after", int), "after")
-        run = args.get("run")
-        if run is not None and not isinstance(run, str):
-            raise TypeError("run must be a string")
-        limit = min(query_arg(args, "limit_points", int, MAX_PAGE_POINTS), MAX_PAGE_POINTS)
-        entries, cursor = self.store.read(after, run=run, kinds=check_kinds(args.get("kinds")), limit_points=limit)
-        return {"entries": entries, "cursor": cursor}
-
-    def _op_tiers(self, args: dict) -> dict:
-        """The buckets of some of a run's metrics' tiers at ``level`` over steps x0..x1 (``records``:
-        per metric, in the order asked, a ``pilothouse.store.tiers.RECORD`` array), so an app that never saw
-        a run draws every chart of it in one round trip; with ``pixels``, folded per pixel column (one
-        record per column: the answer's size is the charts' width, not the level's); ``ready`` False
-        while the run's tiers are being built (its points are read meanwhile)."""
-        unknown = set(args) - {"run", "metrics", "level", "x0", "x1", "pixels"}
-        if unknown:
-            raise ValueError(f"a tiers query takes run, metrics, level, x0, x1 and pixels, "
-                             f"not {', '.join(sorted(unknown))}")
-        pixels = args.get("pixels")
-        if pixels is not None:
-            check_int(pixels, "pixels", 1, MAX_TIER_PIXELS)
-        run, metrics = query_arg(args, "run", str), query_arg(args, "metrics", list)
-        if not 1 <= len(metrics) <= MAX_TIER_METRICS:
-            raise ValueError(f"metrics must list 1 to {MAX_TIER_METRICS} metric names, got {len(metrics)}")
-        names = [check_name(m, "metric name") for m in metrics]
-        level = check_int(args.get("level"), "level", 0, LEVELS - 1)
-        x0, x1 = (check_step_bound(args.get(k), k) for k in ("x0", "x1"))
-        if x1 < x0:
-            raise ValueError(f"x1 must not be below x0, got {x0:g}..{x1:g}")
-        try:
-            recs = [self.store.tier_buckets(run, name, level, x0, x1) for name in names]
-        except NotReady as exc:
-            return {"ready": False, "detail": str(exc)}
-        if pixels is not None:
-            recs = [columns(rec, level, x0, x1, pixels)[0] for rec in recs]
-        return {"ready": True, "level": level, "width": WIDTHS[level], "pixels": pixels, "fields": list(RECORD.names),
-                "records": [rec.tobytes() for rec in recs]}
-
-    def _op_rollouts(self, args: dict) -> dict:
-        """A run's rollouts of one step or of its latest steps, without reading the run from its start;
-        ``next``: the arguments of the query that fetches the rest (see Store.rollouts)."""
-        run = query_arg(args, "run", str)
-        if "search" in args:
-            return self._search_rollouts(run, args)
-        step, before, seen = args.get("step"), args.get("before"), args.get("seen", [])
-        if step is not None and "last" in args:
-            raise ValueError("ask for one step or for the last steps, not both")
-        if step is not None:
-            check_int(step, "step")
-        last = check_int(args.get("last", 1), "last", 1, MAX_ROLLOUT_STEPS)
-        if before is not None:
-            check_int(before, "before", 1)
-        if not isinstance(seen, list) or len(seen) > last:
-            raise TypeError(f"seen must be a list of at most {last} steps")
-        for s in seen:
-            check_int(s, "a seen step")
-        entries, more = self.store.rollouts(run, step=step, last=last, before=before, seen=seen)
-        return {"entries": entries, "next": more}
-
-    def _search_rollouts(self, run: str, args: dict) -> dict:
-        """Rows of ``run`` holding the words of ``search``, newest first: ``hits`` of [step, row, entry
-        id, row], ``next`` the ``before`` of the next page (None: no more), ``indexing`` whether
-        batches still wait to be indexed (they are not searched yet).  A page stops at about
-        ROLLOUT_PAGE_BYTES of rows, so a reply stays far below a reader's message limit."""
-        unknown = set(args) - {"run", "search", "before", "limit"}
-        if unknown:
-            raise ValueError(f"a rollout search takes search, before and limit, not {', '.join(sorted(unknown))}")
-        before = args.get("before")
-        if before is not None:
-            check_int(before, "before", 1)
-        limit = check_int(args.get("limit", 100), "limit", 1, MAX_SEARCH_HITS)
-        hits, more = self.store.search_rollouts(run, args["search"], before, limit)
-        size = 0
-        for i, (step, row, key, values) in enumerate(hits):
-            size += len(pack(values))
-            if i and size > ROLLOUT_PAGE_BYTES:
-                hits, more = hits[:i], hits[i - 1][2] << ROW_BITS | hits[i - 1][1]
-                break
-        return {"hits": [list(h) for h in hits], "next": more, "indexing": self.store.index_due}
-
 
 def _tune(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_INBOUND_BYTES)
@@ -861,11 +583,3 @@ def _tune(sock: zmq.Socket) -> None:
     tune(sock)  # what one connection may queue, and how long a handshake may take (see limits)
     sock.setsockopt(zmq.IPV6, 1)
 
-
-def _stream(msg: dict) -> tuple[str, int, str]:
-    """The (run, rank, session) a trainer message belongs to; a peer without a session is session ''."""
-    return msg["run"], msg["rank"], msg.get("session", "")
-
-
-def _count(value: Any) -> int:
-    return value if type(value) is int and value >= 0 else 0

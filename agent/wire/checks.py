@@ -74,6 +74,12 @@ def check_step_bound(value: Any, what: str) -> float:
     return float(value)
 
 
+def check_seconds(value: Any, what: str) -> float:
+    """A span of time a client asks for (a wait, an age): a finite number, never negative."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} must be a number of seconds >= 0")
+    return float(value)
+
 
 def query_arg(args: dict, key: str, kind: type, default: Any = None) -> Any:
     """One argument of a query, of the type the query needs (bool is not an int here)."""
