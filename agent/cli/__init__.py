@@ -7,7 +7,20 @@ import argparse
 import os
 import sys
 
-from pilothouse.cli import alerts, app, archive, key_metric, keys, read, retention, rollouts, serve, steer, watch
+from pilothouse.cli import (
+    agent,
+    alerts,
+    archive,
+    gui,
+    import_cmd,
+    key_metric,
+    keys,
+    read,
+    retention,
+    rollouts,
+    steer,
+    watch,
+)
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Command, positive
 from pilothouse.client import AgentError
 from pilothouse.security import ENV_KEYS, SecurityError
@@ -51,15 +64,16 @@ def _parser() -> argparse.ArgumentParser:
         r.set_defaults(func=func)
         return r
 
-    serve.add_parser(sub, keys_arg)
+    agent.add_parser(sub, keys_arg)
     read.add_parsers(reader)
-    archive.add_parsers(reader)
+    archive.add_parser(reader)
+    import_cmd.add_parser(reader)
     retention.add_parsers(reader)
     rollouts.add_parser(reader)
     steer.add_parsers(reader)
     keys.add_parser(sub, keys_arg)
     alerts.add_parser(reader)
     key_metric.add_parser(reader)
-    app.add_parsers(sub)
+    gui.add_parsers(sub)
     watch.add_parser(sub, keys_arg, default_agent)
     return p

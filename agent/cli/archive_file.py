@@ -45,7 +45,7 @@ class ArchiveError(ValueError):
 def pyarrow() -> Any:
     try:
         import pyarrow as pa
-        import pyarrow.parquet  # noqa: F401
+        import pyarrow.parquet  # pa.parquet
     except ImportError:
         raise ArchiveError("archives are parquet files and need pyarrow: pip install 'pilothouse[archive]'") from None
     return pa

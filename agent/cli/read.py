@@ -141,7 +141,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     with client_for(args) as client:
         run = client.resolve(args.run)
         try:
-            out = open(args.output, "w", newline="") if args.output else sys.stdout
+            out = open(args.output, "w", newline="") if args.output else sys.stdout  # noqa: SIM115 (stdout stays open)
         except OSError as exc:
             print(f"pilothouse: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
             return EXIT_ERROR

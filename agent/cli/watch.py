@@ -1,5 +1,5 @@
-"""``pilothouse watch LOGDIR...`` follows TensorBoard logdirs live into an agent, and
-``pilothouse import LOGDIR`` brings finished ones in once; the reading is ``pilothouse.watch``'s."""
+"""``pilothouse watch LOGDIR...`` follows TensorBoard logdirs live into an agent (``pilothouse import
+LOGDIR``, in ``import_cmd``, follows one once); the reading is ``pilothouse.watch``'s."""
 
 from __future__ import annotations
 
@@ -36,11 +36,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     return follow(args, stop, once=False)
-
-
-def cmd_import_logdir(args: argparse.Namespace) -> int:
-    """``pilothouse import LOGDIR``: each run once, then finished; importing it again adds nothing."""
-    return follow(args, threading.Event(), once=True, logdirs=[args.file])
 
 
 def follow(args: argparse.Namespace, stop: threading.Event, once: bool, logdirs: list[Path] | None = None) -> int:
