@@ -195,8 +195,8 @@ def remote_child(url: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         store = LocalStore(Path(tmp) / "app.sqlite")
         panel = ChartsPanel()
-        panel.remote = RemoteTiers()
-        panel.remote_gap = 1
+        panel.model.remote = RemoteTiers()
+        panel.model.remote_gap = 1
         panel.resize(WIDTH, HEIGHT)
         panel.show()
         app.processEvents()
@@ -231,7 +231,7 @@ def remote_child(url: str) -> dict:
         for name, (a, b) in moves(x0, x1, "level 0").items():
             repaint[name] = repainted(panel, first, a, b)
             refined[name] = repaint[name] + painted()
-        panel.remote.close()
+        panel.model.remote.close()
         store.close()
     return {"open_s": opened, "repaint_s": repaint, "refined_s": refined, "charts": len(panel.charts)}
 
@@ -328,7 +328,7 @@ def child(path: Path, mode: str, view: str) -> dict:
     store = LocalStore(path)
     panel = ChartsPanel()
     if mode == "today":
-        panel.stored_points = 2 ** 62  # every point in memory, as before the tiers
+        panel.model.stored_points = 2 ** 62  # every point in memory, as before the tiers
     panel.resize(WIDTH, HEIGHT)
     panel.show()
     if view == "time":

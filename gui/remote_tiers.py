@@ -151,7 +151,7 @@ class RemoteTiers:
         """The agent's fetch thread: the latest want of each curve, asked in turn."""
         try:
             self._serve(agent)
-        except Exception as exc:  # no key for this agent, a broken answer: said, and the charts fill from the store
+        except Exception as exc:  # noqa: BLE001 (no key for this agent, a broken answer: said, the charts fill from the store)
             self.errors[agent] = f"{type(exc).__name__}: {exc}"
 
     def _serve(self, agent: str) -> None:
@@ -198,7 +198,8 @@ class RemoteTiers:
                 table[(agent, run, metric)] = answer
 
 class RemoteSeries:
-    """One metric of a run the store lacks, as a chart asks of a ``Series``, from ``RemoteTiers``."""
+    """One metric of a run the store lacks, as a chart asks of a curve (``pilothouse.gui.curves.CurveSource``),
+    from ``RemoteTiers``."""
 
     generation = 0
 
@@ -229,9 +230,9 @@ class RemoteSeries:
         """The view of the last frame (what its smoothed copy follows)."""
         return self._last
 
-    def append(self, xs: np.ndarray, ys: np.ndarray) -> None:
+    def grew(self) -> None:
         """Points reaching the store meanwhile: the extent may have grown; asked again."""
-        if len(xs) and self._whole is not None:
+        if self._whole is not None:
             self._whole = None
             self.remote.want(self.key, *ALL, 1)
 

@@ -3,13 +3,12 @@
 Why: a stored run of 100 M points per metric would take 2 GB per metric as a ``lod.Series``;
 read through the tiers (``pilothouse.gui.tiers``), each frame costs a few buckets per pixel
 column and the app holds only what it draws.  ``StoredSeries`` answers what a chart asks of a
-``Series`` (``view``, ``nonfinite``, ``x_range``, ``y_range``, ``all_finite``, ``nearest``,
-``append``) from the store.  Live points need no copy here: the link writes a page to the store
-(tiers included) before the UI hears of it, so ``append`` only forgets the cached extent and the
-next frame reads them.  x is the step, or with ``by_time`` the wall time (the buckets keep the
-times of their first and last points).  A smoothed copy follows the columns' means of the frame
-drawn (``pilothouse.gui.tiers.smoothed``).  ``StoredGroup`` draws a group of such runs (a mean and
-a min/max band) the same way.
+``Series`` (``pilothouse.gui.curves.CurveSource``) from the store.  Live points need no copy (nor
+decoding) here: the link writes a page to the store (tiers included) before the UI hears of it, so
+``grew`` only forgets the cached extent and the next frame reads them.  x is the step, or with
+``by_time`` the wall time (the buckets keep the times of their first and last points).  A smoothed
+copy follows the columns' means of the frame drawn (``pilothouse.gui.tiers.smoothed``).
+``StoredGroup`` draws a group of such runs (a mean and a min/max band) the same way.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ class StoredSeries:
         """Bytes held: the last frame's arrays (the points stay on disk)."""
         return sum(a.nbytes for a in (self._last[2].xs, self._last[2].ys)) if self._last else 0
 
-    def append(self, xs: np.ndarray, ys: np.ndarray) -> None:
+    def grew(self) -> None:
         """New live points are already in the store: only the cached extent is out of date."""
         self._summary = None
 
@@ -107,10 +106,10 @@ class _Stored:
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.parts)
 
-    def append(self, xs: np.ndarray, ys: np.ndarray) -> None:
+    def grew(self) -> None:
         """New live points are already in the store: the parts forget their cached extents."""
         for p in self.parts:
-            p.append(xs, ys)
+            p.grew()
 
     def x_range(self) -> tuple[float, float] | None:
         return _hull(p.x_range() for p in self.parts)
@@ -129,12 +128,12 @@ class StoredPieces(_Stored):
     first step for the run's curve, those from there on for its superseded points), in step order;
     a frame draws each piece on its share of the columns, joined into one line."""
 
-    def append(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        """Live points are the latest attempt's (a new resume reloads the charts): only the last
+    def grew(self) -> None:
+        """Live points are the latest attempt's (a new attempt reloads the charts): only the last
         piece's extent is out of date.  A clipped piece's extent splits buckets at its edges down to
         points, so forgetting every piece's would cost each live frame that much per piece."""
         if self.parts:
-            self.parts[-1].append(xs, ys)
+            self.parts[-1].grew()
 
     def view(self, x0: float, x1: float, pixels: int) -> tuple[np.ndarray, np.ndarray]:
         x0, x1 = min(x0, x1), max(x0, x1)

@@ -13,6 +13,7 @@ pytest.importorskip("pytestqt")
 pg = pytest.importorskip("pyqtgraph")
 
 from pilothouse.gui._qt.chart import DIM_FACTOR, EMPHASIS_WIDTH, ChartWidget  # noqa: E402
+from pilothouse.gui.lod import Series  # noqa: E402
 from pilothouse.gui.palette import PALETTE  # noqa: E402
 
 N = 200_000
@@ -159,7 +160,7 @@ def group_chart(qtbot, n):
     hi[int(0.65 * n)] = 40.0
     gap = [n // 1000, n // 1000 + 1]
     lo[gap] = hi[gap] = mean[gap] = np.nan  # no run has a value there
-    widget.set_group("g", xs, mean, lo, hi, np.full(n, 3))
+    widget.set_group("g", Series.of(xs, mean), lo, hi, np.full(n, 3))
     widget.flush()
     return widget
 
@@ -217,21 +218,26 @@ def test_group_readout_shows_mean_min_max_and_runs(qtbot):
     widget.add_group("g", label="lr=0.001")
     xs = np.arange(10.0)
     runs = [(xs, np.full(10, 1.0)), (xs, np.full(10, 3.0)), (xs, np.where(xs == 4, np.nan, 2.0))]
-    widget.set_group("g", *band(runs))
+
+    def set_band(runs: list) -> None:
+        xs, mean, lo, hi, count = band(runs)
+        widget.set_group("g", Series.of(xs, mean), lo, hi, count)
+
+    set_band(runs)
     assert "lr=0.001: 2 (1 … 3, 3 runs)  (x 7)" in widget.readout(7.2)
     assert "lr=0.001: 2 (1 … 3, 2 runs)  (x 4)" in widget.readout(4.0)
-    widget.set_group("g", *band(runs[:1]))  # replaced, not appended
+    set_band(runs[:1])  # replaced, not appended
     assert "lr=0.001: 1 (1 … 1, 1 run)" in widget.readout(4.0) and len(widget.curves["g"].series) == 10
     with pytest.raises(ValueError, match="differ in length"):
-        widget.set_group("g", xs, xs, xs, xs, xs[:3])
+        widget.set_group("g", Series.of(xs, xs), xs, xs, xs[:3])
     with pytest.raises(ValueError, match="must increase"):
-        widget.set_group("g", xs[::-1], xs, xs, xs, xs)
+        widget.set_group("g", Series.of(np.zeros(10), xs), xs, xs, xs)  # one x twice
 
 
 def test_group_band_on_a_log_axis_leaves_out_what_log_cannot_place(grouped):
     xs = np.arange(1000.0)
     lo = np.where(xs < 500, -1.0, 0.5)  # no log below 500
-    grouped.set_group("g", xs, np.ones(1000), lo, np.full(1000, 40.0), np.full(1000, 2))
+    grouped.set_group("g", Series.of(xs, np.ones(1000)), lo, np.full(1000, 40.0), np.full(1000, 2))
     grouped.set_log_y(True)
     grouped.flush()
     band = grouped.bands["g"]

@@ -57,11 +57,11 @@ def test_a_run_the_store_lacks_is_drawn_from_the_agents_tiers_then_from_the_stor
         qtbot.addWidget(panel)
         panel.resize(1200, 800)
         panel.show()
-        panel.remote = remote
-        panel.remote_gap = 1000  # the store lacks 240 K points: drawn from the agent (the app waits for 1 M)
+        panel.model.remote = remote
+        panel.model.remote_gap = 1000  # the store lacks 240 K points: drawn from the agent (the app waits for 1 M)
         panel.show_runs([(agent.url, run)], store)
         qtbot.wait(200)  # the grid settles: the charts keep their width
-        assert panel.remote_keys == {(agent.url, run)} and set(panel.charts) == {"loss", "lr"}
+        assert panel.model.remote_keys == {(agent.url, run)} and set(panel.charts) == {"loss", "lr"}
         chart = panel.charts["loss"]
         curve = chart.curves[run]
         assert isinstance(curve.series, RemoteSeries)
@@ -101,9 +101,9 @@ def test_a_run_the_store_lacks_is_drawn_from_the_agents_tiers_then_from_the_stor
         with agent.client() as client:  # the link's feed catches up: the store now holds the run
             for page in client.history(run):
                 store.write_page(agent.url, page.entries, page.cursor)
-        assert panel.remote_filled(store)
+        assert panel.model.remote_filled(store)
         panel.show_runs([(agent.url, run)], store)
-        assert not panel.remote_keys and not isinstance(panel.charts["loss"].curves[run].series, RemoteSeries)
+        assert not panel.model.remote_keys and not isinstance(panel.charts["loss"].curves[run].series, RemoteSeries)
     finally:
         remote.close()
         store.close()
@@ -152,16 +152,16 @@ def test_the_main_window_opens_a_run_it_never_saw_from_the_agents_tiers_then_fro
     try:
         w = window([agent.url])  # an empty store: the window's link follows the journal from its start
         w.resize(1400, 900)
-        w.charts.remote_gap = 1  # drawn from the agent until the store holds every point (the app waits for 1 M)
+        w.charts.model.remote_gap = 1  # drawn from the agent until the store holds every point (the app waits for 1 M)
         qtbot.waitUntil(lambda: sorted(w.charts.charts) == NAMES, timeout=30_000)  # the run opened on its own
-        assert w.charts.remote_keys == {(agent.url, run)}
+        assert w.charts.model.remote_keys == {(agent.url, run)}
 
         def shown(chart) -> tuple[float, float, int]:
             (x0, x1), _ = chart.getViewBox().viewRange()
             return x0, x1, max(int(chart.getViewBox().width() * chart.devicePixelRatioF()), 1)
 
         def drawn() -> bool:  # the window redrew every chart (on its own signal) with an answer serving its view
-            if not w.charts.remote_keys:
+            if not w.charts.model.remote_keys:
                 raise RuntimeError("the store filled before the agent's tiers were drawn")
             return all(c.series.answered(*shown(chart)) and c.shown is not None
                        and c.shown[0] is w.remote.answer(c.series.key).view.xs
@@ -190,7 +190,7 @@ def test_the_main_window_opens_a_run_it_never_saw_from_the_agents_tiers_then_fro
         xs, ys, _ = held(NAMES[0])
         assert ys.max() < 2.0  # metric 0's spike is outside this range
 
-        qtbot.waitUntil(lambda: not w.charts.remote_keys, timeout=60_000)  # the link stored every point
+        qtbot.waitUntil(lambda: not w.charts.model.remote_keys, timeout=60_000)  # the link stored every point
         for i, name in enumerate(NAMES):
             (curve,) = w.charts.charts[name].curves.values()
             assert not isinstance(curve.series, RemoteSeries) and len(curve.series) == STEPS

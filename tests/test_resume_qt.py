@@ -19,8 +19,8 @@ pytest.importorskip("pytestqt")
 
 from conftest import AgentProcess, finish, free_port, start_trainer  # noqa: E402
 
-from pilothouse.gui._qt.charts import OLD  # noqa: E402
 from pilothouse.gui._qt.export import export_run_csv  # noqa: E402
+from pilothouse.gui.charts_model import OLD  # noqa: E402
 
 # ARGS: run id, first step, last step, then "crash" to raise once logged
 TRAINER = """

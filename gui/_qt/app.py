@@ -99,7 +99,7 @@ class MainWindow(QMainWindow):
         self.bridge.batch.connect(self._on_batch)
         self.bridge.tiers.connect(self.charts.remote_answered)
         self.remote = RemoteTiers(on_answer=self.bridge.tiers.emit)  # asked on its own threads, never this one
-        self.charts.remote = self.remote
+        self.charts.model.remote = self.remote
         self.bridge.health.connect(self._on_health)
         self.calls = Calls(self)
         self.calls.answered.connect(self._on_answer)
@@ -245,7 +245,7 @@ class MainWindow(QMainWindow):
             self.system.note_runs(url, runs)
             resumed = rows_changed and any(row is not None and row.members != getattr(self.runs.row(k), "members", None)
                                            for k, row in joined.items())
-            if resumed or self.charts.remote_filled(self.store):
+            if resumed or self.charts.model.remote_filled(self.store):
                 # a charted run resumed on another node (its curves join), or one drawn from its agent's
                 # tiers that is now in the store
                 self.charts.show_runs(self.runs.selected(), self.store)
@@ -253,9 +253,9 @@ class MainWindow(QMainWindow):
         self.charts.add_entries(url, entries)
         self.system.add_entries(url, entries)
         self.rollouts.add_entries(url, entries)
-        charted = self.notices.add(url, entries) & set(self.charts.keys)
+        charted = self.notices.add(url, entries) & set(self.charts.model.keys)
         if charted:  # only the runs whose alerts changed are marked again
-            self.charts.show_alerts({**self.charts.alert_markers, **{k: self.notices.markers(k) for k in charted}})
+            self.charts.show_alerts({**self.charts.model.alert_markers, **{k: self.notices.markers(k) for k in charted}})
         if self._events_key is not None and self._events_key[0] == url and any(
                 e.kind == KIND_EVENT and e.run == self._events_key[1] for e in entries):
             self._show_events(self._events_key)  # commands, acks, alerts of the shown run appear live
@@ -316,9 +316,9 @@ class MainWindow(QMainWindow):
             action.setToolTip("" if steerable else f"watched from its framework's files; {STEER_HOW}")
         self.charts.show_runs(keys, self.store)
         self.charts.show_alerts({k: self.notices.markers(k) for k in keys})
-        self.table_model.set_slots(self.charts.slots)
-        self.rollouts.show_runs(keys, self.store, self.charts.slots)
-        self.config.show_runs(keys, self.store, self.charts.slots)
+        self.table_model.set_slots(self.charts.model.slots)
+        self.rollouts.show_runs(keys, self.store, self.charts.model.slots)
+        self.config.show_runs(keys, self.store, self.charts.model.slots)
         self._show_events(keys[-1] if keys else None)
 
     def _reselect(self, keys: list[RunKey]) -> None:

@@ -20,9 +20,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from pilothouse.gui.curves import AlertMark, CurveSource
 from pilothouse.gui.lod import Ema, Series
-from pilothouse.gui.remote_tiers import RemoteSeries
-from pilothouse.gui.stored_series import StoredGroup, StoredSeries
+from pilothouse.gui.stored_series import StoredGroup
 from pilothouse.gui.tiers import TierEma
 
 from ..palette import PALETTE
@@ -37,20 +37,9 @@ MAX_ALERT_LINES = 50  # a flapping rule must not bury the curves: the newest are
 BAND_ALPHA = 60  # a group's min/max band behind its mean curve
 
 
-@dataclass(frozen=True)
-class AlertMark:
-    """A vertical line where a rule fired (or cleared), labelled with the rule's name."""
-
-    x: float
-    label: str
-    tooltip: str
-    firing: bool = True
-    resume: bool = False  # where a run was resumed (a new attempt), not an alert
-
-
 @dataclass
 class _Curve:
-    series: Series | StoredSeries | RemoteSeries | StoredGroup
+    series: CurveSource
     color: str
     raw: pg.PlotDataItem
     smooth: pg.PlotDataItem
@@ -76,7 +65,7 @@ class _Band:
 class ChartWidget(pg.PlotWidget):
     """Named curves, each backed by a Series; redraws only what the pixels can show."""
 
-    def __init__(self, parent=None, redraw_ms: int = 30, axisItems: dict | None = None) -> None:  # noqa: N803
+    def __init__(self, parent=None, redraw_ms: int = 30, axisItems: dict | None = None) -> None:
         super().__init__(parent, axisItems=axisItems)
         self.curves: dict[str, _Curve] = {}
         self.bands: dict[str, _Band] = {}  # the groups' bands, by the name of their mean curve
@@ -112,12 +101,9 @@ class ChartWidget(pg.PlotWidget):
         self.restyle()
 
     def add_curve(self, name: str, color: str | None = None, label: str | None = None,
-                  dashed: bool = False, faint: bool = False,
-                  series: StoredSeries | RemoteSeries | StoredGroup | None = None
-                  ) -> Series | StoredSeries | RemoteSeries | StoredGroup:
-        """A new curve, empty or drawn from ``series`` (a stored run read from the store's tiers, one
-        the store lacks yet read from its agent's tiers, or a group of stored runs),
-        colored ``color`` (default: the next palette color), called ``label`` in the readout
+                  dashed: bool = False, faint: bool = False, series: CurveSource | None = None) -> CurveSource:
+        """A new curve, empty (a ``Series`` that ``append`` fills) or drawn from ``series`` (points held
+        in memory, or read from the store's or an agent's tiers), colored ``color`` (default: the next palette color), called ``label`` in the readout
         (default: its name); ``faint``: dotted and see-through."""
         if name in self.curves:
             raise ValueError(f"curve {name!r} exists")
@@ -134,11 +120,11 @@ class ChartWidget(pg.PlotWidget):
         return curve.series
 
     def add_group(self, name: str, color: str | None = None, label: str | None = None,
-                  dashed: bool = False, stored: StoredGroup | None = None) -> None:
+                  dashed: bool = False, series: CurveSource | None = None) -> None:
         """A new group: a mean curve ``name`` (smoothed, hidden and emphasized like a run's) and its
-        min/max band; ``set_group`` gives it its points, or ``stored`` draws it from its runs' tiers
-        each frame."""
-        self.add_curve(name, color, label, dashed, series=stored)
+        min/max band; ``set_group`` gives it its points, or ``series`` (a ``StoredGroup``) draws it from
+        its runs' tiers each frame."""
+        self.add_curve(name, color, label, dashed, series=series)
         edges = [pg.PlotDataItem(connect="finite", pen=pg.mkPen(None)) for _ in range(2)]
         for edge in edges:
             self.addItem(edge)  # invisible lines, but in the y range: it includes the band
@@ -149,21 +135,21 @@ class ChartWidget(pg.PlotWidget):
         self.bands[name] = _Band(Series(), Series(), np.empty(0, np.int64), *edges, fill)
         self._style(name, self.curves[name])
 
-    def set_group(self, name: str, xs: np.ndarray, mean: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                  count: np.ndarray) -> None:
-        """Replace a group's points with ``pilothouse.gui.groups.band``'s (xs, mean, lo, hi, count):
-        a band is recomputed from its runs, not appended to. Costs O(points) (three pyramids and
-        the EMA when smoothing), so call it on a timer, not on every append. xs must increase."""
-        xs = np.asarray(xs, np.float64)
+    def set_group(self, name: str, mean: Series, lo: np.ndarray, hi: np.ndarray, count: np.ndarray) -> None:
+        """Replace a group's points with ``pilothouse.gui.groups.band``'s (xs, mean, lo, hi, count), its
+        mean a Series of (xs, mean) (the Charts model's curve): a band is recomputed from its runs, not
+        appended to. Costs O(points) (three pyramids and the EMA when smoothing), so call it on a
+        timer, not on every append. xs must increase."""
+        xs = mean.x
         lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
-        if not len(xs) == len(mean) == len(lo) == len(hi) == len(count):
-            raise ValueError("a group's xs, mean, lo, hi and count differ in length")
+        if not len(xs) == len(lo) == len(hi) == len(count):
+            raise ValueError("a group's mean, lo, hi and count differ in length")
         if (np.diff(xs) <= 0).any():  # the readout finds a point's count by its x
             raise ValueError("a group's xs must increase")
         gap = ~(np.isfinite(lo) & np.isfinite(hi))  # one gap for both edges: the fill pairs their pieces
         curve, band = self.curves[name], self.bands[name]
-        curve.series = Series.of(xs, mean)
-        curve.ema = _ema(curve.series, self._smoothing)
+        curve.series = mean
+        curve.ema = _ema(mean, self._smoothing)
         band.lo, band.hi = Series.of(xs, np.where(gap, np.nan, lo)), Series.of(xs, np.where(gap, np.nan, hi))
         band.count = np.asarray(count)
         self.schedule_redraw()
@@ -204,14 +190,17 @@ class ChartWidget(pg.PlotWidget):
         self.readout_label.setColor(theme.chart_fg)
         self.set_alert_marks(self._alert_marks)
 
-    def changeEvent(self, event: QtCore.QEvent) -> None:  # noqa: N802 (Qt's name)
+    def changeEvent(self, event: QtCore.QEvent) -> None:
         if is_restyle(event) and getattr(self, "_built", False) and self.getPlotItem() is not None:
             self.restyle()  # not while pyqtgraph builds or tears the plot down
         super().changeEvent(event)
 
     def append(self, name: str, xs: np.ndarray, ys: np.ndarray) -> None:
-        """Add points to a curve; the redraw comes from the coalescing timer."""
-        self.curves[name].series.append(xs, ys)
+        """Add points to a curve held in memory; the redraw comes from the coalescing timer."""
+        series = self.curves[name].series
+        if not isinstance(series, Series):
+            raise TypeError(f"curve {name!r} is read from tiers: its points are in the store")
+        series.append(xs, ys)
         self.schedule_redraw()
 
     def set_alert_marks(self, marks: list[AlertMark]) -> None:
@@ -387,7 +376,7 @@ class ChartWidget(pg.PlotWidget):
         self.readout_label.setPos(x0, y1)
 
 
-def _ema(series: Series | StoredSeries | RemoteSeries | StoredGroup, alpha: float) -> Ema | TierEma | None:
+def _ema(series: CurveSource, alpha: float) -> Ema | TierEma | None:
     """The smoothed copy of a curve while smoothing is on."""
     if alpha <= 0:
         return None
