@@ -147,9 +147,10 @@ def test_a_change_for_a_past_step_is_refused_with_the_current_step(trainer, agen
 def test_a_trainer_refuses_a_past_step_the_agent_did_not_know_of():
     """The agent checks against the last step it stored; the trainer, at its own step, checks too."""
     from pilothouse.trainer.helm import Helm
+    from pilothouse.trainer.inbox import Inbox
 
     acks = []
-    helm = Helm({"lr": 0.1}, {"lr": {"type": "float", "above": 0}}, acks.append, lambda *a: None)
+    helm = Helm({"lr": 0.1}, {"lr": {"type": "float", "above": 0}}, Inbox(), acks.append, lambda *a: None)
     ctl = helm.apply([{"cid": "c1", "cmd": "set", "values": {"lr": 0.5}, "at_step": 3}], 10)
     assert not ctl.changes and helm.config["lr"] == 0.1
     assert [(a["state"], a["step"], a["detail"]) for a in acks] == \

@@ -1,22 +1,22 @@
 """Commands from the agent, applied on the training thread at step boundaries.
 
-The outbox thread drops commands into ``Helm.inbox``; ``Run.sync`` takes them at a step
-boundary and applies them here.  In a multi-rank job every rank applies the same list
-at the same step (rank 0 takes, a broadcast shares), so the state below stays identical
-on all ranks; only rank 0 acknowledges.
+The outbox thread drops commands into the run's ``Inbox``; ``Run.sync`` takes them there at a
+step boundary and applies them here, and the helm states in the inbox whether the run is paused
+(the heartbeat reports it).  In a multi-rank job every rank applies the same list at the same
+step (rank 0 takes, a broadcast shares), so the state below stays identical on all ranks; only
+rank 0 acknowledges.
 """
 
 from __future__ import annotations
 
-import collections
 import os
-import threading
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from pilothouse.text import fmt_value
+from pilothouse.trainer.inbox import Inbox
 from pilothouse.wire.tuning import past_step, validate_changes
 
 Ack = Callable[[dict[str, Any]], None]
@@ -51,13 +51,12 @@ Saver = Callable[[int], "str | os.PathLike | None"]
 
 
 class Helm:
-    def __init__(self, config: dict[str, Any], schema: dict[str, dict], ack: Ack | None,
+    def __init__(self, config: dict[str, Any], schema: dict[str, dict], inbox: Inbox, ack: Ack | None,
                  note_checkpoint: Callable[[str, int], None]):
         self.config = config
         self.schema = schema
-        self.inbox: collections.deque[dict] = collections.deque()
-        self.wake = threading.Event()
-        self.paused = False
+        self.inbox = inbox
+        self.stopping: int | None = None  # the step a stop was applied at: no pause holds the run after it
         self.scheduled: list[tuple[int, dict]] = []
         self.checkpoints: list[tuple[str, int]] = []  # requests (cid, step) not yet answered
         self.callbacks: list[tuple[ChangeCallback, frozenset[str] | None]] = []  # (callback, its keys or all)
@@ -65,18 +64,17 @@ class Helm:
         self._ack = ack
         self._note_checkpoint = note_checkpoint  # an unasked checkpoint travels as a durable record
 
-    def idle(self) -> bool:
-        return not (self.inbox or self.scheduled or self.paused or self.checkpoints)
+    @property
+    def paused(self) -> bool:
+        return self.inbox.paused
 
-    def take(self, wait: float = 0.0) -> list[dict]:
-        """Rank 0: the commands to apply now (waiting up to ``wait`` s for one while paused)."""
-        if wait and not self.inbox:
-            self.wake.wait(wait)
-        self.wake.clear()
-        taken = []
-        while self.inbox:
-            taken.append(self.inbox.popleft())
-        return taken
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        """Kept in the inbox, where the outbox thread's heartbeat reads it."""
+        self.inbox.paused = value
+
+    def idle(self) -> bool:
+        return not (self.inbox.pending() or self.scheduled or self.paused or self.checkpoints)
 
     def expire_checkpoints(self, step: int) -> None:
         """At the next sync, a request the training code did not answer gets a clear rejection."""
@@ -94,7 +92,10 @@ class Helm:
             kind, cid = cmd["cmd"], cmd["cid"]
             # the state changes before the ack goes out: a heartbeat sent between the two (from the
             # outbox thread) must not report the old state after the ack and undo it at the agent
-            if kind == "pause":
+            if kind == "pause" and self.stopping is not None:
+                self.ack(cid, kind, "rejected", step, f"the run is stopping (since step {self.stopping}): "
+                         "a pause would hold it")
+            elif kind == "pause":
                 was, self.paused = self.paused, True
                 self.ack(cid, kind, "applied", step, f"paused at step {step}" if not was else "already paused")
             elif kind == "resume":
@@ -102,6 +103,8 @@ class Helm:
                 self.ack(cid, kind, "applied", step, f"resumed at step {step}" if was else "was not paused")
             elif kind == "stop":
                 stop = True
+                if self.stopping is None:
+                    self.stopping = step
                 self.paused = False  # a paused run must get out of sync() to stop
                 self.ack(cid, kind, "applied", step, f"stopping at step {step}")
             elif kind == "checkpoint":

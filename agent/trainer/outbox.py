@@ -22,7 +22,7 @@ import zmq
 import zmq.utils.monitor
 
 from pilothouse.security import HANDSHAKE_FAILED, Keyring, client_keys
-from pilothouse.trainer.helm import Helm
+from pilothouse.trainer.inbox import Inbox
 from pilothouse.wire.messages import (
     MAX_INBOUND_BYTES,
     MAX_INBOUND_CONTAINERS,
@@ -76,7 +76,9 @@ class OutboxStats:
 class Outbox:
     def __init__(self, url: str, hello: dict, *, max_buffer_bytes: int = 256 << 20,
                  flush_interval: float = 0.02, heartbeat_interval: float = 1.0,
-                 resend_after: float = 1.0, context: zmq.Context | None = None, keys: Keyring | None = None):
+                 resend_after: float = 1.0, context: zmq.Context | None = None, keys: Keyring | None = None,
+                 inbox: Inbox | None = None):
+        """``inbox``: where commands from the agent go (a trainer's; a watcher takes none, they are ignored)."""
         self.url = url
         self._curve = client_keys(url, keys)  # the owner's local keys, or a key pinned for the URL
         self.hello = hello
@@ -101,10 +103,8 @@ class Outbox:
         self._gave_up = False  # close() timed out: the last heartbeat says nothing is held any more
         self._resend_timeout = resend_after
         self._need_hello = True  # before the first batch, and whenever the agent may have forgotten us
-        self.helm: Helm | None = None  # set by Run: where commands from the agent go
+        self.inbox = inbox
         self._acks: collections.deque[dict] = collections.deque()  # from the training thread
-        self._answered: dict[str, dict] = {}  # cid -> ack, to answer a resent command again
-        self._taken: set[str] = set()  # cids handed to the helm and not answered yet
         self._wake_r, self._wake_w = os.pipe()  # lets ack() interrupt the I/O thread's poll
         os.set_blocking(self._wake_w, False)
         self._finished = threading.Event()
@@ -300,24 +300,18 @@ class Outbox:
     def _send_acks(self) -> None:
         while self._acks:
             answer = self._acks.popleft()
-            cid = answer["cid"]
-            if cid is not None and answer["state"] != "scheduled":
-                self._answered[cid] = answer
-                self._taken.discard(cid)
-            self._send_msg(message("cack", run=self.run, rank=self.rank, session=self.session, **answer))
+            if self.inbox is not None:
+                self.inbox.answered(answer)
+            self._send_ack(answer)
+
+    def _send_ack(self, answer: dict) -> None:
+        self._send_msg(message("cack", run=self.run, rank=self.rank, session=self.session, **answer))
 
     def _on_command(self, msg: dict) -> None:
-        """Exactly once: a command already answered is answered again, one in hand is ignored."""
-        cid = msg.get("cid")
-        if not isinstance(cid, str) or self.helm is None:
-            return
-        if cid in self._answered:
-            self._send_msg(message("cack", run=self.run, rank=self.rank, session=self.session,
-                                   **self._answered[cid]))
-        elif cid not in self._taken:
-            self._taken.add(cid)
-            self.helm.inbox.append(msg)
-            self.helm.wake.set()
+        """Exactly once (see ``Inbox``): a command already answered is answered again."""
+        again = self.inbox.receive(msg) if self.inbox is not None else None
+        if again is not None:
+            self._send_ack(again)
 
     def _floor(self) -> int:
         """The lowest seq still held: everything below was acknowledged or dropped."""
@@ -361,7 +355,7 @@ class Outbox:
         st = self.stats
         return message(kind, run=self.run, rank=self.rank, session=self.session, step=self.last_step,
                        floor=self._floor(),
-                       paused=bool(self.helm and self.helm.paused),
+                       paused=self.inbox is not None and self.inbox.paused,
                        dropped_records=st.dropped_records, dropped_points=st.dropped_points)
 
     def _read_replies(self) -> None:

@@ -18,13 +18,14 @@ import time
 import types
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Self
 
 import psutil
 
 from pilothouse.trainer import launcher
 from pilothouse.trainer.collective import Broadcaster, process_group
 from pilothouse.trainer.helm import NOTHING, ChangeCallback, Control, Helm, Saver
+from pilothouse.trainer.inbox import Inbox
 from pilothouse.trainer.outbox import Outbox
 from pilothouse.wire.alert_rules import check_rules
 from pilothouse.wire.checks import (
@@ -53,7 +54,7 @@ from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT, check_url
 log = logging.getLogger("pilothouse")
 
 _FLOATS = frozenset((float,))
-_OPEN_RUNS: "weakref.WeakSet[Run]" = weakref.WeakSet()
+_OPEN_RUNS: weakref.WeakSet[Run] = weakref.WeakSet()
 _MAX_ROLLOUT_BYTES = MAX_INBOUND_BYTES // 2 - 4096  # packed, per call: one record always fits a batch
 
 
@@ -61,7 +62,7 @@ def init(project: str, name: str | None = None, config: Mapping[str, Any] | None
          agent: str | None = None, *, id: str | None = None, rank: int | None = None,
          tunable: Mapping[str, Mapping[str, Any] | None] | None = None, frozen: Iterable[str] = (),
          sync_every: int = 1, buffer_mb: float = 256, heartbeat: float = 1.0,
-         alerts: Iterable[Mapping[str, Any]] = (), token: str | None = None) -> "Run":
+         alerts: Iterable[Mapping[str, Any]] = (), token: str | None = None) -> Run:
     """Start a run.  ``agent=None``: $PILOTHOUSE_AGENT, else the local agent (started if absent).
 
     ``alerts``: rules the agent watches for this run only, e.g. ``[{"name": "nan-loss",
@@ -138,9 +139,11 @@ class Run:
         _check_hello(hello)
         self._broadcaster = broadcaster
         self._sync_every = sync_every
-        self._outbox = Outbox(url, hello, max_buffer_bytes=buffer_bytes, heartbeat_interval=heartbeat)
-        self._helm = Helm(self._config, schema, self._outbox.ack if rank == 0 else None, self._record_checkpoint)
-        self._outbox.helm = self._helm
+        self._inbox = Inbox()  # commands from the outbox thread to the helm, and the helm's paused state back
+        self._outbox = Outbox(url, hello, max_buffer_bytes=buffer_bytes, heartbeat_interval=heartbeat,
+                              inbox=self._inbox)
+        self._helm = Helm(self._config, schema, self._inbox, self._outbox.ack if rank == 0 else None,
+                          self._record_checkpoint)
         self._queue = self._outbox.queue
         _OPEN_RUNS.add(self)
 
@@ -193,8 +196,7 @@ class Run:
         step = self._sync_step(step)
         if self._broadcaster is not None and step % self._sync_every:
             return NOTHING
-        if step > self._outbox.last_step:  # the heartbeat says where the run is, logged or not
-            self._outbox.last_step = step
+        self._outbox.last_step = max(self._outbox.last_step, step)  # the heartbeat says where the run is, logged or not
         helm.expire_checkpoints(step)
         ctl = helm.apply(self._take(), step)
         return helm.hold(ctl, self._take_waiting, step) if wait else ctl
@@ -208,14 +210,14 @@ class Run:
     def _take(self) -> list[dict]:
         bcast = self._broadcaster
         if bcast is None:
-            return self._helm.take()
-        return bcast.share(self._helm.take() if self.rank == 0 else None) or []
+            return self._inbox.take()
+        return bcast.share(self._inbox.take() if self.rank == 0 else None) or []
 
     def _take_waiting(self) -> list[dict]:
         bcast = self._broadcaster
         if bcast is None:
-            return self._helm.take(wait=0.2)
-        return bcast.share(self._helm.take(wait=0.2) if self.rank == 0 else None) or []
+            return self._inbox.take(wait=0.2)
+        return bcast.share(self._inbox.take(wait=0.2) if self.rank == 0 else None) or []
 
     def on_change(self, callback: ChangeCallback, keys: Iterable[str] | None = None) -> None:
         """Call ``callback(changes)`` on the training thread when hyperparameters change (only those in
@@ -294,7 +296,7 @@ class Run:
         """Counters of what was logged, acknowledged, buffered and dropped."""
         return dict(vars(self._outbox.stats))
 
-    def __enter__(self) -> "Run":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
