@@ -25,7 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from pilothouse.client import reachable
 from pilothouse.paths import default_data_dir
 from pilothouse.security import private_dir
-from pilothouse.trainer.launcher import spawn_agent
+from pilothouse.spawn import spawn_agent
 from pilothouse.wire.urls import DEFAULT_PORT
 
 log = logging.getLogger("pilothouse")

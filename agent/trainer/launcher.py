@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 from pilothouse.client import reachable
 from pilothouse.paths import default_data_dir
-from pilothouse.security import SecurityError, owned_file, private_dir
+from pilothouse.security import SecurityError
+from pilothouse.spawn import spawn_agent
 
 log = logging.getLogger("pilothouse")
 
@@ -34,15 +31,3 @@ def ensure_local_agent(url: str, data_dir: Path | None = None) -> None:
         return
     log.info("pilothouse: started a local agent on %s (data in %s)", url, data_dir)
 
-
-def spawn_agent(url: str, data_dir: Path, **popen: Any) -> subprocess.Popen:
-    """``pilothouse agent`` on ``url`` with its journal in ``data_dir``, its output appended to the
-    owner-only ``agent.log`` there; ``popen``: how it is tied to its parent (a session of its own, or
-    a parent-death signal).  The folder and the log are the user's own or SecurityError: the log is
-    never opened through a link, which would have the agent write to (and chmod) the file it
-    points at."""
-    private_dir(data_dir)
-    log_path = data_dir / "agent.log"
-    with open(owned_file(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "pilothouse", "agent", "--bind", url, "--data", str(data_dir)],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, close_fds=True, **popen)
