@@ -297,7 +297,8 @@ class ChartsModel:
         curve = self.curves[metric].get(name)
         if curve is None:
             label = self.labels.get(key, key[1]) + (" (superseded)" if faint else "")
-            curve = self._add(metric, Curve(name, key, label, self.slots[key], source or Series(), faint))
+            source = Series() if source is None else source
+            curve = self._add(metric, Curve(name, key, label, self.slots[key], source, faint))
         return curve
 
     def _add_tiered(self, key: RunKey, metric: str, source: TieredSource, faint: bool = False) -> None:
