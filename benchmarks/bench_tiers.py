@@ -96,7 +96,7 @@ def fill_journal(path: Path, points: int, metrics: int) -> float:
     """One finished run of ``metrics`` random walks with a spike each, packed, with its tiers, straight
     into an agent's journal at ``path``; returns the seconds taken."""
     from pilothouse.wire import packed_chunks
-    from pilothouse.node.compactor import MAX_POINTS
+    from pilothouse.store.packing import MAX_POINTS
     from pilothouse.node.journal import Store
 
     started = time.perf_counter()

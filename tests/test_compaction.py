@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_retention import SIZE_SQL, write_runs
 
-from pilothouse.wire import packed_chunks
-from pilothouse.node.compactor import MAX_POINTS, MIN_ROWS, Compactor
+from pilothouse.node.compactor import Compactor
 from pilothouse.node.journal import Store
+from pilothouse.store.packing import MAX_POINTS, MIN_ROWS
+from pilothouse.wire import packed_chunks
 from pilothouse.wire.entries import KIND_METRIC, entry_points
 
 i64 = st.integers(-2**63, 2**63 - 1)
@@ -72,7 +73,7 @@ def test_the_store_packs_one_point_entries_and_readers_anywhere_lose_and_repeat_
     everything = points_by_metric(store)
     cursors = [store.head // 7, store.head // 2, store.head - 3]
     seen = {c: points_by_metric(store, c) for c in cursors}  # what readers there still had to get
-    size_before = dict((r, b) for r, _, b in store.db.execute(SIZE_SQL))
+    size_before = {r: b for r, _, b in store.db.execute(SIZE_SQL)}
 
     packed = pack_all(store, Compactor(store))
     rows_after = store.db.execute("SELECT COUNT(*) FROM journal WHERE kind='m'").fetchone()[0]
@@ -142,7 +143,7 @@ def test_an_agent_packs_a_live_trainers_points_while_a_reader_follows(tmp_path):
             deadline = time.monotonic() + 60
             while sum(len(v) for k, v in got.items() if k[0] == run) < 3 * steps and time.monotonic() < deadline:
                 for e in next(follower).entries:
-                    s, v, t = entry_points(e)
+                    s, v, _t = entry_points(e)
                     got.setdefault((e.run, e.metric), []).extend(zip(s.tolist(), bits(v)))
             assert trainer.wait(30) == 0
 

@@ -15,8 +15,9 @@ from test_disk_full import _fill, small_disk  # noqa: F401 (a fixture)
 from tier_records import same_rows
 
 from pilothouse.gui.local_store import LocalStore
-from pilothouse.gui.store_packing import MIN_ROWS, StorePacker
+from pilothouse.gui.store_packing import StorePacker
 from pilothouse.gui.store_writer import StoreWriter, Write
+from pilothouse.store.packing import MIN_ROWS
 from pilothouse.wire.entries import Entry
 from pilothouse.wire.messages import pack
 
@@ -139,7 +140,7 @@ def test_a_store_opened_again_packs_what_it_held_and_tiers_built_again_read_the_
     store.close()
 
 
-def test_a_packing_step_on_a_full_disk_is_undone_whole_and_done_once_space_returns(small_disk):
+def test_a_packing_step_on_a_full_disk_is_undone_whole_and_done_once_space_returns(small_disk):  # noqa: F811
     store = LocalStore(small_disk / "s.sqlite")
     steps = np.arange(2 * MIN_ROWS, dtype=np.int64)
     store.write_page(A, small_entries(1, "loss", steps, np.sqrt(steps), 1.7e9 + steps), len(steps))

@@ -17,6 +17,7 @@ retention calls it on each batch it removes, in its own bounded batches.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,7 +39,7 @@ def texts(row: dict) -> tuple[str, str]:
 
 def _reward(row: dict) -> float | None:
     value = row.get("reward")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return None
     return float(value)
 

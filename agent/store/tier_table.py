@@ -139,6 +139,22 @@ class TierTable:
                                               None if ids is None else np.frombuffer(ids, np.int64)))
         return out
 
+    def repoint(self, scope: tuple, lo: str, hi: str, ids: np.ndarray, steps: np.ndarray) -> None:
+        """Entries ``ids`` were joined into the last of them (``pilothouse.store.packing``): the level-0
+        blocks over ``steps`` of the keys that begin with ``scope`` and end in [lo, hi) list it instead."""
+        span = WIDTHS[0] * BLOCK
+        *names, last = self.keys
+        where = "".join(f"{k}=? AND " for k in names)
+        found = self.conn.execute(f"SELECT {last}, block, ids FROM tiers WHERE {where}{last}>=? AND {last}<? "
+                                  "AND level=0 AND block BETWEEN ? AND ?",
+                                  [*scope, lo, hi, int(steps.min()) // span, int(steps.max()) // span]).fetchall()
+        for name, block, listed in found:
+            got = np.frombuffer(listed, np.int64)
+            gone = np.isin(got, ids)
+            if gone.any():
+                self.conn.execute(f"UPDATE tiers SET ids=? WHERE {where}{last}=? AND level=0 AND block=?",
+                                  [np.unique(np.where(gone, ids[-1], got)).tobytes(), *scope, name, block])
+
     def rows(self, key: tuple, level: int, b0: int, b1: int) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
         """(block, buckets, entry ids or None) of the stored blocks b0..b1 of ``level``."""
         rows = self.conn.execute(f"SELECT block, buckets, ids FROM tiers WHERE {self._key} AND level=? "
