@@ -32,7 +32,7 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ZMQ_MAXMSGSIZE on a reader's socket: the
 # What the agent takes in.  Decoding costs memory per object, not per byte (an empty map is 64 B of
 # Python for 1 B of frame, a 2-character string 59 B for 3), so both the frame and its maps and
 # lists are bounded: one message costs the agent about 20x MAX_INBOUND_BYTES at worst (a frame of
-# two-character strings; tests/test_bad_input.py measures it).
+# two-character strings; tests/test_bad_input_hostile.py measures it).
 MAX_INBOUND_BYTES = 8 * 1024 * 1024  # ZMQ_MAXMSGSIZE on the agent's sockets; a trainer's batch is at most half
 MAX_INBOUND_CONTAINERS = 1 << 19  # maps and lists in one inbound message; a trainer's batch is at most half
 MAX_HELLO_BYTES = 1 << 20  # a run's config, schema and alert rules
