@@ -44,6 +44,7 @@ import platformdirs
 from pilothouse.gui.store_schema import open_store, rollout_search
 from pilothouse.gui.tiers import Clip, Tiers, TierView
 from pilothouse.store.db import open_db, transaction
+from pilothouse.store.removal import delete_some
 from pilothouse.store.rollout_search import Hit
 from pilothouse.store.tier_table import TOP
 from pilothouse.store.tiers import RECORD
@@ -486,11 +487,8 @@ class LocalStore:
             while True:
                 started = time.perf_counter()
                 with transaction(self.db):
-                    doomed = self.db.execute(f"SELECT rowid, {'kind' if table == 'entries' else 'NULL'} FROM {table} "
-                                             "WHERE agent=? AND run=? LIMIT ?", [*key, rows]).fetchall()
-                    self.rollout_search.unindex([k for k, kind in doomed if kind == KIND_ROLLOUTS])
-                    gone = self.db.execute(f"DELETE FROM {table} WHERE rowid IN ({','.join('?' * len(doomed))})",
-                                           [k for k, _ in doomed]).rowcount
+                    gone = delete_some(self.db, table, {"agent": key[0], "run": key[1]}, rows,
+                                       search=self.rollout_search if table == "entries" else None)
                     if gone < rows and table == "tiers":
                         self.db.execute("DELETE FROM run_bytes WHERE agent=? AND run=?", key)
                         self.db.execute("UPDATE removed_runs SET pending=0 WHERE agent=? AND run=?", key)

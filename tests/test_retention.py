@@ -114,6 +114,7 @@ def test_a_journal_from_before_the_counters_is_counted_once_when_opened(tmp_path
     con = sqlite3.connect(path)
     for column in ("points", "bytes", "removing"):
         con.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+    con.execute("PRAGMA user_version=0")  # as a file from before the schema was numbered
     con.commit()
     con.close()
     store = Store(path)

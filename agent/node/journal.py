@@ -31,6 +31,7 @@ from pilothouse.node.journal_schema import (
 )
 from pilothouse.node.journal_tiers import JournalTiers
 from pilothouse.store.db import open_db
+from pilothouse.store.removal import delete_some
 from pilothouse.wire import packed_chunks
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import (
@@ -389,19 +390,8 @@ class Store:
         run = next(iter(self.removing))
         if not self.tiers.remove_some(run):
             return None
-        batch, rollouts, total = [], [], 0
-        for entry_id, kind, entry_bytes in self.db.execute(
-                f"SELECT id, kind, {ENTRY_BYTES} + IIF(kind='{KIND_ROLLOUTS}', n * {UNINDEX_ROW_BYTES}, 0) "
-                "FROM journal WHERE run=? LIMIT ?", [run, rows]).fetchall():
-            batch.append((entry_id,))
-            if kind == KIND_ROLLOUTS:
-                rollouts.append(entry_id)
-            total += entry_bytes
-            if total >= size:
-                break
-        if batch:
-            self.rollout_search.unindex(rollouts)
-            self.db.conn.executemany("DELETE FROM journal WHERE id=?", batch)
+        weight = f"{ENTRY_BYTES} + IIF(kind='{KIND_ROLLOUTS}', n * {UNINDEX_ROW_BYTES}, 0)"
+        if delete_some(self.db, "journal", {"run": run}, rows, weight=weight, size=size, search=self.rollout_search):
             return None
         for table, column in (("last_values", "run"), ("commands", "run"), ("streams", "run"),
                               ("run_owners", "run"), ("runs", "id")):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pilothouse.store.removal import delete_some
 from pilothouse.store.tier_table import TierTable
 from pilothouse.store.tiers import LEVELS, WIDTHS, levels, reduce
 from pilothouse.wire import packed_chunks
@@ -150,9 +151,7 @@ class JournalTiers:
         """Delete up to REMOVE_ROWS tier rows of a run being removed; True once none is left."""
         self.forget(run)
         self.conn.execute("DELETE FROM tier_marks WHERE run=?", [run])
-        gone = self.conn.execute("DELETE FROM tiers WHERE rowid IN (SELECT rowid FROM tiers WHERE run=? LIMIT ?)",
-                                 [run, REMOVE_ROWS]).rowcount
-        return gone < REMOVE_ROWS
+        return delete_some(self.conn, "tiers", {"run": run}, REMOVE_ROWS) < REMOVE_ROWS
 
     def buckets(self, run: str, metric: str, level: int, x0: float, x1: float) -> np.ndarray:
         """The filled buckets of ``level`` over steps x0..x1, what waits in memory folded in; or
