@@ -10,23 +10,23 @@ import time
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="pilothouse-qt-config-")  # QSettings stays in tests
 
-import msgpack  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import msgpack
+import numpy as np
+import pytest
 
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from conftest import AgentProcess, finish, free_port, start_trainer  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QSystemTrayIcon  # noqa: E402
+from conftest import AgentProcess, finish, free_port, start_trainer
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QSystemTrayIcon
 
 from pilothouse.client import Client
-from pilothouse.gui._qt.alerts import RuleDialog  # noqa: E402
-from pilothouse.gui._qt.app import MainWindow  # noqa: E402
-from pilothouse.gui._qt.runs_table import COLUMNS  # noqa: E402
-from pilothouse.gui.local_store import LocalStore  # noqa: E402
-from pilothouse.wire.entries import Entry  # noqa: E402
+from pilothouse.gui._qt.alerts import RuleDialog
+from pilothouse.gui._qt.app import MainWindow
+from pilothouse.gui._qt.runs_table import COLUMNS
+from pilothouse.gui.local_store import LocalStore
+from pilothouse.wire.entries import Entry
 
 A = "tcp://127.0.0.1:1"  # never answers: the store alone feeds the window
 

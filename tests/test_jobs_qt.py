@@ -11,12 +11,12 @@ import tempfile
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="pilothouse-qt-config-")  # QSettings stays in tests
 
-import pytest  # noqa: E402
+import pytest
 
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from pilothouse.gui._qt.app import MainWindow  # noqa: E402
+from pilothouse.gui._qt.app import MainWindow
 
 A, B, C = "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3"  # never answer: the store feeds the window
 HERE = socket.gethostname()
