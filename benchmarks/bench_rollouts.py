@@ -131,9 +131,9 @@ def searches(built: dict, repeats: int, peer: bool) -> dict:
     like = {"common word": "% the %", "rare word": f"%{RARE}%", "phrase": "%the final answer%"}
     out = {}
     for label, words in (("common word", "the"), ("rare word", RARE), ("phrase", PHRASE)):
-        hits = store.search_rollouts("r", words, limit=PAGE)[0]
+        hits = store.rollouts.search_text("r", words, limit=PAGE)[0]
         assert hits and all(words.strip('"') in (h[3]["prompt"] + " " + h[3]["completion"]) for h in hits)
-        fts = latency(lambda: store.search_rollouts("r", words, limit=PAGE), repeats)
+        fts = latency(lambda: store.rollouts.search_text("r", words, limit=PAGE), repeats)
         scan = None
         if peer:
             found = store.db.execute("SELECT step, row FROM plain WHERE prompt LIKE ?1 OR completion LIKE ?1 "
@@ -165,7 +165,7 @@ def ingest_cost(folder: Path, batches: int = 100) -> dict:
         store.commit()
         t1 = time.perf_counter()
         store.begin()
-        store.index_some(1 << 30)
+        store.rollouts.index_some(1 << 30)
         store.commit()
         turn.append(t1 - t0)
         index.append(time.perf_counter() - t1)

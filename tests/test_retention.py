@@ -161,15 +161,15 @@ def test_a_removed_runs_rollouts_leave_the_search_index_in_bounded_batches(tmp_p
     store.commit()
     while store.index_due:
         store.begin()
-        store.index_some(1024)
+        store.index_due = store.rollouts.index_some(1024)
         store.commit()
-    assert len(store.search_rollouts("drop", "shared", limit=500)[0]) == 200
-    kept = store.search_rollouts("keep", "shared", limit=500)[0]
+    assert len(store.rollouts.search_text("drop", "shared", limit=500)[0]) == 200
+    kept = store.rollouts.search_text("keep", "shared", limit=500)[0]
     store.begin()
     store.hide("drop", time.time())
     store.commit()
     with pytest.raises(LookupError):
-        store.search_rollouts("drop", "shared")
+        store.rollouts.search_text("drop", "shared")
     batches = 0
     while store.removing:
         store.begin()
@@ -181,7 +181,7 @@ def test_a_removed_runs_rollouts_leave_the_search_index_in_bounded_batches(tmp_p
     assert db.execute("SELECT COUNT(*) FROM rollout_batches WHERE run='drop'").fetchone()[0] == 0
     assert db.execute("SELECT COUNT(*) FROM rollout_text WHERE rollout_text MATCH 'drop'").fetchone()[0] == 0
     db.execute("INSERT INTO rollout_text(rollout_text, rank) VALUES ('integrity-check', 0)")  # raises if not
-    assert store.search_rollouts("keep", "shared", limit=500)[0] == kept
+    assert store.rollouts.search_text("keep", "shared", limit=500)[0] == kept
 
 
 # --- pilothouse rm --------------------------------------------------------------------------------------

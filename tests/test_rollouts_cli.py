@@ -349,7 +349,7 @@ def statements(store: Store, **query) -> tuple[int, list]:
         count += 1
     store.db.conn.set_trace_callback(seen)
     try:
-        entries, _ = store.rollouts("r1", **query)
+        entries, _ = store.rollouts.page("r1", **query)
     finally:
         store.db.conn.set_trace_callback(None)
     return count, [(entry_body(e)["step"], e.rank) for e in entries]
@@ -371,10 +371,10 @@ def test_interleaved_ranks_are_gathered_and_pages_continue(tmp_path):
     assert statements(store, step=10)[1] == [(10, 2), (10, 1), (10, 0)]  # newest first
     assert statements(store, step=20)[1] == [(20, 1), (20, 0)]
     assert statements(store, last=2)[1] == [(30, 1), (20, 1), (30, 0)]  # stops at a third step
-    entries, more = store.rollouts("r1", last=3, budget=1)  # one batch per page
+    entries, more = store.rollouts.page("r1", last=3, budget=1)  # one batch per page
     pages = [entries]
     while more is not None:
-        entries, more = store.rollouts("r1", **more, budget=1)
+        entries, more = store.rollouts.page("r1", **more, budget=1)
         pages.append(entries)
     assert [[(entry_body(e)["step"], e.rank) for e in page] for page in pages] == \
         [[(30, 1)], [(20, 1)], [(30, 0)], [(10, 2)], [(20, 0)], [(10, 1)], [(10, 0)]]

@@ -117,9 +117,9 @@ def test_a_journal_of_version_0_opens_migrated_with_its_data(tmp_path):
         store.commit()
     assert int(store.tier_buckets("r1", "loss", 0, 0, 299)["count"].sum()) == 300
     store.begin()
-    store.index_some(1 << 20)  # the batch stored before the search index: queued, then found
+    store.rollouts.index_some(1 << 20)  # the batch stored before the search index: queued, then found
     store.commit()
-    assert [hit[3]["completion"] for hit in store.search_rollouts("r1", "question")[0]] == ["an answer"]
+    assert [hit[3]["completion"] for hit in store.rollouts.search_text("r1", "question")[0]] == ["an answer"]
     store.close()
     assert Store(path).runs()[0]["id"] == "r1"  # opened again: nothing to do
 

@@ -58,7 +58,7 @@ class CommandDesk:
             return
         self.trainers[run] = ident
         now = time.monotonic()
-        for cmd in self.store.open_commands(run):
+        for cmd in self.store.commands.open(run):
             if cmd["state"] == "pending" and now - self._sent.get(cmd["cid"], 0.0) > RESEND_AFTER:
                 self._forward(cmd)
 
@@ -76,7 +76,7 @@ class CommandDesk:
         if not self.store.has_run(run):
             return
         answer = {k: msg[k] for k in ("cid", "cmd", "state", "step", "detail", "applied")}
-        row = self.store.command(cid)
+        row = self.store.commands.get(cid)
         if row is None or row["run"] != run or row["state"] not in ("pending", "scheduled"):
             return  # unknown, or a repeated answer: recorded once
         if msg["rank"] != 0 or msg["cmd"] != row["cmd"]:
@@ -88,7 +88,7 @@ class CommandDesk:
                                 f"other settings of the run's config")
         if row["state"] == "scheduled" and msg["state"] == "scheduled":
             return
-        self.store.answer_command(cid, msg["state"], msg["step"], msg["detail"], msg["applied"], now)
+        self.store.commands.answer(cid, msg["state"], msg["step"], msg["detail"], msg["applied"], now)
         self.store.note_step(run, msg["step"])  # "paused at step S" and the run's step agree at once
         self.store.event(run, "ack", answer)
         if msg["state"] == "applied":
@@ -104,8 +104,8 @@ class CommandDesk:
 
     def close(self, run: str, why: str, now: float) -> None:
         """A run that ended answers nothing more: its open commands are rejected, visibly."""
-        for cmd in self.store.open_commands(run):
-            self.store.answer_command(cmd["cid"], "rejected", None, why, {}, now)
+        for cmd in self.store.commands.open(run):
+            self.store.commands.answer(cmd["cid"], "rejected", None, why, {}, now)
             self.store.event(run, "ack", {"cid": cmd["cid"], "cmd": cmd["cmd"], "state": "rejected", "step": None,
                                           "detail": why, "applied": {}})
             self._settle(cmd["cid"])
@@ -118,7 +118,7 @@ class CommandDesk:
         None: the answer is held until the command settles (``wait`` seconds at the most)."""
         cid = check_command_id(args.get("cid"))
         wait = _wait(args)
-        row = self.store.command(cid)
+        row = self.store.commands.get(cid)
         if row is None:
             cmd = args.get("cmd")
             if cmd not in COMMANDS:
@@ -131,7 +131,7 @@ class CommandDesk:
         return self._hold(row, wait, ident, req_id)
 
     def op_command_status(self, args: dict, ident: bytes, req_id: int) -> dict | None:
-        row = self.store.command(check_command_id(args.get("cid")))
+        row = self.store.commands.get(check_command_id(args.get("cid")))
         if row is None:
             raise LookupError(f"no command with id {args.get('cid')!r}")
         return self._hold(row, _wait(args), ident, req_id)
@@ -142,16 +142,16 @@ class CommandDesk:
         fwd: dict[str, Any] = {"at_step": at_step} if at_step is not None else {}
         reason = self._refusal(run, cmd, values, fwd, at_step)
         now = time.time()
-        self.store.add_command(cid, run, cmd, fwd, who, now)
+        self.store.commands.add(cid, run, cmd, fwd, who, now)
         asked = {"values": values} if isinstance(values, dict) else {}
         self.store.event(run, "command", {"cid": cid, "cmd": cmd, **asked, **fwd, "who": who})
         if reason is not None:
             answer = {"cid": cid, "cmd": cmd, "state": "rejected", "step": None, "detail": reason, "applied": {}}
-            self.store.answer_command(cid, "rejected", None, reason, {}, now)
+            self.store.commands.answer(cid, "rejected", None, reason, {}, now)
             self.store.event(run, "ack", answer)
         else:
-            self._forward(self.store.command(cid))
-        return self.store.command(cid)
+            self._forward(self.store.commands.get(cid))
+        return self.store.commands.get(cid)
 
     def _refusal(self, run: str, cmd: str, values: Any, fwd: dict, at_step: Any) -> str | None:
         """Why the agent refuses a command before it reaches the trainer, or None."""
@@ -187,13 +187,13 @@ class CommandDesk:
         """Answer every client held on ``cid``; the reply leaves with the turn that commits the change."""
         waiters = self._waiting.pop(cid, None)
         if waiters:
-            row = self.store.command(cid)
+            row = self.store.commands.get(cid)
             for w in waiters:
                 self.reply(w.ident, message("r", id=w.req_id, data=row))
 
     def forget_unstored(self, why: str) -> None:
         """After a turn was undone: clients held on a command that was never stored get ``why``."""
-        for cid in [c for c in self._waiting if self.store.command(c) is None]:
+        for cid in [c for c in self._waiting if self.store.commands.get(c) is None]:
             for w in self._waiting.pop(cid):
                 self.reply(w.ident, message("err", id=w.req_id, msg=why))
             self._sent.pop(cid, None)
@@ -206,7 +206,7 @@ class CommandDesk:
             self._waiting[cid] = [w for w in self._waiting[cid] if w.deadline > now]
             if not self._waiting[cid]:
                 del self._waiting[cid]
-            row = self.store.command(cid)
+            row = self.store.commands.get(cid)
             for w in due:
                 self.reply(w.ident, message("r", id=w.req_id, data=row))
 

@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from pilothouse.node.journal_commands import Commands
+from pilothouse.node.journal_rollouts import Rollouts
 from pilothouse.node.journal_schema import (
     COUNT_RUNS,
     ENTRY_BYTES,
@@ -33,7 +35,6 @@ from pilothouse.node.journal_tiers import JournalTiers
 from pilothouse.store.db import open_db
 from pilothouse.store.removal import delete_some
 from pilothouse.wire import packed_chunks
-from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.entries import (
     ENTRY_FIELDS,
     KIND_EVENT,
@@ -46,7 +47,7 @@ from pilothouse.wire.entries import (
 from pilothouse.wire.messages import MAX_PAGE_POINTS, pack
 from pilothouse.wire.metric_order import by_importance, key_metric
 from pilothouse.wire.records import MAX_METRICS_PER_RUN, REC_ROLLOUTS, Column, RecordBatch, check_batch
-from pilothouse.wire.rollouts import ROLLOUT_PAGE_BYTES, ROLLOUT_SLACK, pack_batch, unpack_batch
+from pilothouse.wire.rollouts import pack_batch
 from pilothouse.wire.watched import WATCHED
 
 _F64 = struct.Struct("<d")
@@ -55,8 +56,6 @@ Stream = tuple[str, int, str]  # (run, rank, session): one trainer process's rec
 
 SUMMARY_METRICS = 32  # last values per run in a `runs` reply
 
-# a run's rollout batches, on the journal's (run, kind, metric, id) index
-_ROLLOUTS = f"FROM journal WHERE run=? AND kind='{KIND_ROLLOUTS}' AND metric IS NULL"
 # what removing a rollout batch costs besides its bytes, per row: forgetting its text in the search
 # index (about 100 µs for 2 KB of text, as indexing it), so a removal batch stays as short: batches
 # of 64 rollouts of 2 KB were removed in 6.7 ms median per REMOVE_BYTES batch (measured)
@@ -109,6 +108,8 @@ class Store:
         self.db = open_db(self.path)  # explicit transactions: one per agent loop turn
         open_journal(self.db)
         self.rollout_search = rollout_search(self.db)
+        self.commands = Commands(self.db)  # steering commands and their answers
+        self.rollouts = Rollouts(self.db, self.rollout_search, self.has_run)  # by step and by text
         self.tiers = JournalTiers(tier_table(self.db))  # every metric's min/max tiers, kept as entries commit
         self.journal_id = self._journal_id()
         self.head = self._stored_head()
@@ -300,30 +301,6 @@ class Store:
     def update_config(self, run_id: str, values: dict) -> None:
         config, _ = self.config_and_schema(run_id)
         self.db.execute("UPDATE runs SET config=? WHERE id=?", [pack({**config, **values}), run_id])
-
-    # --- commands (the audit trail lives in the journal as events) ------------------------
-
-    def add_command(self, cid: str, run: str, cmd: str, args: dict, who: dict, now: float) -> None:
-        self.db.execute("INSERT INTO commands VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                        [cid, run, cmd, pack(args), pack(who), now, "pending", None, "", pack({}), now])
-
-    def command(self, cid: str) -> dict | None:
-        rows = list(self.db.query("SELECT * FROM commands WHERE cid=?", [cid]))
-        if not rows:
-            return None
-        row = rows[0]
-        for key in ("args", "who", "applied"):
-            row[key] = unpack_blob(row[key])
-        return row
-
-    def open_commands(self, run: str) -> list[dict]:
-        """Sent to the trainer but not yet answered for good (scheduled ones still count)."""
-        return [self.command(cid) for (cid,) in self.db.execute(
-            "SELECT cid FROM commands WHERE run=? AND state IN ('pending', 'scheduled') ORDER BY sent", [run])]
-
-    def answer_command(self, cid: str, state: str, step: int, detail: str, applied: dict, now: float) -> None:
-        self.db.execute("UPDATE commands SET state=?, step=?, detail=?, applied=?, updated=? WHERE cid=?",
-                        [state, step, detail, pack(applied), now, cid])
 
     def has_run(self, run_id: str) -> bool:
         """Whether the run is here for everyone: one being removed is not."""
@@ -595,119 +572,6 @@ class Store:
         rows = self.db.execute("SELECT steps, vals, times FROM journal WHERE run=? AND kind=? AND metric=? "
                                "ORDER BY id", [run, KIND_METRIC, metric]).fetchall()
         return join_chunks([packed_chunks.row_points(*r) for r in rows])
-
-    # --- rollouts by step ---------------------------------------------------------------
-
-    def rollouts(self, run: str, *, step: int | None = None, last: int = 1, before: int | None = None,
-                 seen: Iterable[int] = (), budget: int = ROLLOUT_PAGE_BYTES) -> tuple[list[Entry], dict | None]:
-        """Rollout batches of ``run``, newest first, below id ``before``: those of ``step``, or of the
-        ``last`` steps logged latest (``seen``: those an earlier page began), up to about ``budget``
-        bytes; and the arguments that fetch the rest (None: nothing is left).
-
-        Why not ``read``: that pages from the start, and the promise is a cost that never grows with
-        the run.  Here it is index seeks and the batches returned.  ``step`` is found by binary search
-        over arrival order, since a trainer logs its steps in order; batches of other steps passed
-        over while gathering one step's are bounded by ROLLOUT_SLACK (ranks interleave)."""
-        if not self.has_run(run):
-            raise LookupError(f"no run with id {run!r}")
-        newest = self._rollout_near(run, INT64_MAX, older=True)
-        if newest is None:
-            raise LookupError(f"run {run} has no rollouts (a trainer logs them with run.log_rollouts)")
-        floor = INT64_MAX  # gathering ``step``: other steps' batches at or below this id are misses
-        below: tuple[int, int] | None = None
-        if before is None:
-            before = newest[0] + 1
-            if step is not None:
-                below = self._step_below(run, step, newest)
-                floor = below[0] if below else 0
-                top = self.db.execute(f"SELECT id {_ROLLOUTS} AND id > ? ORDER BY id LIMIT 1 OFFSET ?",
-                                      [run, floor, ROLLOUT_SLACK - 1]).fetchone()
-                before = top[0] + 1 if top else before
-        steps = list(seen)
-        out: list[Entry] = []
-        size = misses = 0
-        cursor = self.db.execute(f"SELECT id, length(body) {_ROLLOUTS} AND id < ? ORDER BY id DESC", [run, before])
-        try:
-            for entry_id, length in cursor:
-                found = self._rollout_step(entry_id)
-                if step is not None:
-                    if found != step:
-                        misses += entry_id <= floor
-                        if misses > ROLLOUT_SLACK:
-                            break
-                        continue
-                    misses = 0
-                elif found not in steps:
-                    if len(steps) == last:
-                        break
-                    steps.append(found)
-                if out and size + length > budget:
-                    more = {"step": step} if step is not None else {"last": last, "seen": steps}
-                    return out, {**more, "before": out[-1].id}
-                out.append(Entry._make(self.db.execute(f"SELECT {_FIELDS} FROM journal WHERE id=?",
-                                                            [entry_id]).fetchone()))
-                size += length
-        finally:
-            cursor.close()
-        if step is not None and not out:
-            raise LookupError(self._no_step(run, step, below))
-        return out, None
-
-    def _no_step(self, run: str, step: int, below: tuple[int, int] | None) -> str:
-        """What a reader asking for a step with no rollouts is told: the nearest steps that have some."""
-        after = self._rollout_near(run, below[0] + 1 if below else 0, older=False)
-        near = [str(s) for s in (below and below[1], after and after[1]) if s is not None]
-        return f"run {run} has no rollouts at step {step}; the nearest steps with rollouts: {', '.join(near)}"
-
-    def _step_below(self, run: str, step: int, newest: tuple[int, int]) -> tuple[int, int] | None:
-        """(id, step) of the latest batch at or below ``step``, if steps grow with ids: a binary search
-        on ids, one index seek and a few bytes read per probe."""
-        oldest = self._rollout_near(run, 0, older=False)
-        assert oldest is not None  # the run has ``newest``
-        if oldest[1] > step:
-            return None
-        if newest[1] <= step:
-            return newest
-        lo, hi = oldest[0], newest[0]  # the batch at or below lo is at or below ``step``; at or below hi, past it
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            probe = self._rollout_near(run, mid, older=True)
-            assert probe is not None
-            if probe[1] <= step:
-                lo = mid
-            else:
-                hi = mid
-        return self._rollout_near(run, lo, older=True)
-
-    def _rollout_near(self, run: str, entry_id: int, older: bool) -> tuple[int, int] | None:
-        """(id, step) of the run's rollout batch nearest ``entry_id``: at or below it, or at or above."""
-        sql = f"SELECT id {_ROLLOUTS} AND id <= ? ORDER BY id DESC LIMIT 1" if older else \
-            f"SELECT id {_ROLLOUTS} AND id >= ? ORDER BY id LIMIT 1"
-        row = self.db.execute(sql, [run, entry_id]).fetchone()
-        return None if row is None else (row[0], self._rollout_step(row[0]))
-
-    def _rollout_step(self, entry_id: int) -> int:
-        """A batch's step from its row in the search index's table; a batch not indexed yet is decoded."""
-        step = self.rollout_search.step_of(entry_id)
-        if step is None:
-            body = self.db.execute("SELECT body FROM journal WHERE id=?", [entry_id]).fetchone()[0]
-            step = unpack_batch(body)["step"]
-        return step
-
-    # --- rollout search ---------------------------------------------------------------------
-
-    def index_some(self, text_bytes: int) -> None:
-        """One bounded slice of the search index's queue, in the caller's transaction."""
-        self.index_due = self.rollout_search.index_some(text_bytes)
-
-    def search_rollouts(self, run: str, words: str, before: int | None = None,
-                        limit: int = 100) -> tuple[list[tuple[int, int, int, dict]], int | None]:
-        """Rows of ``run`` whose prompt or completion holds ``words``, newest first (see
-        ``RolloutSearch.search``); batches not indexed yet are not among them (``index_due``)."""
-        if not self.has_run(run):
-            raise LookupError(f"no run with id {run!r}")
-        return self.rollout_search.search((run,), words, before, limit)
-
 
 def _unpacked(row: Entry, after: int, upto: int | None) -> Entry:
     """A packed entry as the plain one a reader between cursors ``after`` and ``upto`` is owed."""

@@ -86,8 +86,8 @@ class QueryDesk:
         ``next``: the arguments of the query that fetches the rest (see Store.rollouts)."""
         if args["search"] is not None:
             return self._search(args)
-        entries, more = self.store.rollouts(args["run"], step=args["step"], last=args["last"],
-                                            before=args["before"], seen=args["seen"])
+        entries, more = self.store.rollouts.page(args["run"], step=args["step"], last=args["last"],
+                                                 before=args["before"], seen=args["seen"])
         return {"entries": entries, "next": more}
 
     def _search(self, args: dict) -> dict:
@@ -95,7 +95,7 @@ class QueryDesk:
         id, row], ``next`` the ``before`` of the next page (None: no more), ``indexing`` whether
         batches still wait to be indexed (they are not searched yet).  A page stops at about
         ROLLOUT_PAGE_BYTES of rows, so a reply stays far below a reader's message limit."""
-        hits, more = self.store.search_rollouts(args["run"], args["search"], args["before"], args["limit"])
+        hits, more = self.store.rollouts.search_text(args["run"], args["search"], args["before"], args["limit"])
         size = 0
         for i, (_, row, key, values) in enumerate(hits):
             size += len(pack(values))

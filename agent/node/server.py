@@ -299,7 +299,7 @@ class Agent:
     def _index_some(self) -> None:
         try:
             with self._writing():
-                self.store.index_some(INDEX_TEXT_BYTES)
+                self.store.index_due = self.store.rollouts.index_some(INDEX_TEXT_BYTES)
         except Exception:
             self.store.index_due = False  # a failing slice (a full disk) is tried again at the next rollouts
             raise
