@@ -194,6 +194,7 @@ def test_a_journal_with_summary_blobs_keeps_its_last_values(tmp_path):
     old.db["runs"].add_column("summary", bytes)
     old.db.execute("UPDATE runs SET summary=? WHERE id='r1'", [pack({"loss": 0.25, "reward": 1.5})])
     old.db.execute("DELETE FROM last_values")
+    old.db.execute("PRAGMA user_version=0")  # as a file from before the schema was numbered
     old.db.conn.commit()
     old.db.close()
     store = Store(path)
