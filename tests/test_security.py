@@ -427,7 +427,8 @@ def test_the_apps_link_follows_over_curve_and_reports_a_refused_key(tmp_path, gu
 # --- the wire cannot reach code or files ---------------------------------------------------------------
 
 UNSAFE_MODULES = {"pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle", "yaml", "jsonpickle"}
-WIRE_MODULES = ["node/server.py", "node/command_desk.py", "node/feed.py", "node/journal.py",
+WIRE_MODULES = ["node/server.py", "node/command_desk.py", "node/query_desk.py", "node/trainer_desk.py",
+                "node/feed.py", "node/journal.py",
                 "security.py", *(f"wire/{p.name}" for p in sorted((ROOT / "agent" / "wire").glob("*.py")))]
 
 
