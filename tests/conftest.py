@@ -29,6 +29,9 @@ from pilothouse.wire.records import REC_METRICS, encode_batch, metrics_packer  #
 ROOT = Path(__file__).resolve().parent.parent
 NOBODY = pwd.getpwnam("nobody")  # the second local user of the tests that need one
 TOKEN = "5eed" * 8  # a run's secret (Run.token) for raw hellos
+# The suite runs on several pytest-xdist workers (pyproject addopts); the tests that start an agent
+# on the one default address run on one worker, one after the other, as they must.
+ON_THE_DEFAULT_PORT = pytest.mark.xdist_group("default-port")
 
 
 def as_owner(sock: zmq.Socket) -> zmq.Socket:

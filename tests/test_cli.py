@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, AgentProcess, finish, free_port, start_trainer, wait_until
+from conftest import ON_THE_DEFAULT_PORT, ROOT, AgentProcess, finish, free_port, start_trainer, wait_until
 from conftest import run_cli as cli
 from test_store import SPECIAL, bits
 
@@ -95,6 +95,7 @@ def test_agent_stops_cleanly_on_sigterm_and_sigint(tmp_path):
         assert "pilothouse agent stopped" in proc.log.read_text()
 
 
+@ON_THE_DEFAULT_PORT
 def test_init_without_url_starts_the_default_local_agent(tmp_path):
     with Client(DEFAULT_URL, timeout=0.3) as c:
         try:

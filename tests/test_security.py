@@ -28,6 +28,7 @@ import zmq
 from conftest import (
     LOOP_UNTIL_STOPPED,
     NOBODY,
+    ON_THE_DEFAULT_PORT,
     ROOT,
     TOKEN,
     AgentProcess,
@@ -184,6 +185,7 @@ def loopback(ip: str) -> bool:
     return unmapped(ip).is_loopback
 
 
+@ON_THE_DEFAULT_PORT
 def test_default_agent_start_listens_on_loopback_only(tmp_path):
     if reachable(DEFAULT_URL):
         pytest.skip(f"another agent already holds the default port {DEFAULT_URL}")
