@@ -22,12 +22,13 @@ from pilothouse.wire.tuning import build_schema
 HOLDER = LOOP_UNTIL_STOPPED.replace("print(run.id, flush=True)", "print(run.id, run.token, flush=True)") \
     .replace('{"loss": 1.0 / (step + 1)}', '{"lr": run.config["lr"]}') + 'print("lr", run.config["lr"], flush=True)\n'
 
+# ARGS: run id, project, name, and how long its flush and finish wait for the agent's acks
 RANK1 = """
 run = ph.init(project=ARGS[1], name=ARGS[2], id=ARGS[0], agent=URL, rank=1, heartbeat=0.2)
 for step in range(5):
     run.log({"rank1": float(step)}, step=step)
-print(run.flush(10), run.stats["last_error"], flush=True)
-run.finish(timeout=5)
+print(run.flush(float(ARGS[3])), run.stats["last_error"], flush=True)
+run.finish(timeout=float(ARGS[3]))
 """
 
 
@@ -89,16 +90,20 @@ def test_a_process_without_the_runs_token_cannot_join_a_live_run(tmp_path, agent
         forger.send("rec", seq=1, floor=0, n=1, keys=[["lr"]], others=[],
                     metrics=[[0, b"\x00\x00\x00\x00", (2 ** 63 - 1).to_bytes(8, "little") + bytes(16)]])
         assert forger.answer()["reason"] == "hello"  # nothing of it stored: it must open the run first
-        alone = finish(start_trainer(tmp_path, RANK1, agent_proc.url, run, "own", "holder", name="alone"))
+        # refused at its hello, it is never acked: a short flush says so as well as a long one
+        alone = finish(start_trainer(tmp_path, RANK1, agent_proc.url, run, "own", "holder", "2", name="alone"))
         assert alone.startswith("False") and "not of its job" in alone
         monkeypatch.setenv("PILOTHOUSE_RUN_TOKEN", token)  # as a launcher passes rank 0's run.token
-        assert finish(start_trainer(tmp_path, RANK1, agent_proc.url, run, "own", "holder", name="joined")) \
+        assert finish(start_trainer(tmp_path, RANK1, agent_proc.url, run, "own", "holder", "10", name="joined")) \
             .startswith("True")
         row = client.command(run, "set", {"lr": 0.5})
         assert row["state"] == "applied" and row["applied"] == {"lr": 0.5}
         last = next(r for r in client.runs() if r["id"] == run)["last_step"]
         assert last < 100_000  # the step --at-step is checked against is the trainer's
-        assert client.command(run, "set", {"lr": 0.25}, at_step=last + 20)["state"] in ("applied", "scheduled")
+        later = client.command(run, "set", {"lr": 0.25}, at_step=last + 20)
+        assert later["state"] in ("applied", "scheduled")
+        wait_until(lambda: client.request("command_status", cid=later["cid"])["state"] == "applied",
+                   what="the set scheduled for a later step")  # before the stop, or the run ends without it
         assert list(client.series(run, "rank1")[1]) == [0.0, 1.0, 2.0, 3.0, 4.0]  # the joined rank's, once
         assert any("not of the job" in e["detail"] for e in run_events(client, run, "refused"))
         client.command(run, "stop")
