@@ -510,18 +510,20 @@ def test_garbage_on_the_curve_port_changes_nothing(tmp_path, guarded):
 
 
 STRANGER = """
-import json, struct, sys, time
+import json, struct, sys, threading, time
 import msgpack, zmq
 from pilothouse.client import AgentUnavailable, Client
 import pilothouse as ph
 
 url, run_id, owner_agent_key = sys.argv[1:4]
 out = {}
-try:
-    Client(url, timeout=2).runs()
-    out["client"] = "answered"
-except AgentUnavailable as exc:
-    out["client"] = str(exc)
+
+def ask_as_a_client():
+    try:
+        Client(url, timeout=2).runs()
+        out["client"] = "answered"
+    except AgentUnavailable as exc:
+        out["client"] = str(exc)
 
 def probe(sock):
     # everything a peer could send: a forged batch for the owner's run, its heartbeat and an
@@ -550,15 +552,22 @@ def probe(sock):
     return got
 
 ctx = zmq.Context.instance()
-out["plain_bytes"] = probe(ctx.socket(zmq.DEALER))
 from pilothouse.security import local_keyring, secure_client
 sock = ctx.socket(zmq.DEALER)
 secure_client(sock, local_keyring().keypair("client"), owner_agent_key)  # its own key, the owner's agent key
-out["curve_bytes"] = probe(sock)
+plain = ctx.socket(zmq.DEALER)
+# each way in waits seconds for an answer that must not come: they wait at once, each on its own socket
+tries = [threading.Thread(target=ask_as_a_client),
+         threading.Thread(target=lambda: out.update(plain_bytes=probe(plain))),
+         threading.Thread(target=lambda: out.update(curve_bytes=probe(sock)))]
+for t in tries:
+    t.start()
 run = ph.init(project="stranger", name="intruder", agent=url, heartbeat=0.2)
 run.log({"loss": 1.0}, step=0)
 out["flushed"] = run.flush(3)
 out["trainer_error"] = run.stats["last_error"]
+for t in tries:
+    t.join()
 print(json.dumps(out))
 """
 
