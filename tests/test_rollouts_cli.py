@@ -177,7 +177,8 @@ def test_sort_orders_rows_and_puts_rows_without_a_number_last(agent, key):
     assert sorted(map(json.dumps, rows)) == sorted(map(json.dumps, logged(50)))  # the same rows, reordered
     if field == "reward":
         assert math.isnan(rows[-1]["reward"])
-    text = rollouts(agent, "grpo", "--step", "50", "--sort", key, "--limit", "30").stdout
+    # wide enough that no number is cut short to fit (a narrower terminal ends them with "…")
+    text = rollouts(agent, "grpo", "--step", "50", "--sort", key, "--limit", "30", env={"COLUMNS": "400"}).stdout
     lines = [dict(kv.split("=") for kv in line.split()[1:]) for line in text.splitlines() if line.startswith("[")]
     assert [line[field] for line in lines] == [f"{row[field]:.6g}" for row in rows]  # the text view agrees
 

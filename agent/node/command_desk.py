@@ -58,7 +58,7 @@ class CommandDesk:
             return
         self.trainers[run] = ident
         now = time.monotonic()
-        for cmd in self.store.commands.open(run):
+        for cmd in self.store.commands.unanswered(run):
             if cmd["state"] == "pending" and now - self._sent.get(cmd["cid"], 0.0) > RESEND_AFTER:
                 self._forward(cmd)
 
@@ -104,7 +104,7 @@ class CommandDesk:
 
     def close(self, run: str, why: str, now: float) -> None:
         """A run that ended answers nothing more: its open commands are rejected, visibly."""
-        for cmd in self.store.commands.open(run):
+        for cmd in self.store.commands.unanswered(run):
             self.store.commands.answer(cmd["cid"], "rejected", None, why, {}, now)
             self.store.event(run, "ack", {"cid": cmd["cid"], "cmd": cmd["cmd"], "state": "rejected", "step": None,
                                           "detail": why, "applied": {}})

@@ -32,7 +32,7 @@ class Commands:
             row[key] = unpack_blob(row[key])
         return row
 
-    def open(self, run: str) -> list[dict]:
+    def unanswered(self, run: str) -> list[dict]:
         """Sent to the trainer but not yet answered for good (scheduled ones still count)."""
         return [self.get(cid) for (cid,) in self.db.execute(
             "SELECT cid FROM commands WHERE run=? AND state IN ('pending', 'scheduled') ORDER BY sent", [run])]

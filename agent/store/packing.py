@@ -36,7 +36,7 @@ import numpy as np
 from pilothouse.store.db import sqlite_utils
 from pilothouse.store.tier_table import TierTable
 from pilothouse.wire import packed_chunks
-from pilothouse.wire.entries import KIND_METRIC, Entry
+from pilothouse.wire.entries import ENTRY_FIELDS, KIND_METRIC, Entry
 
 MIN_ROWS = int(os.environ.get("PILOTHOUSE_PACK_ROWS", "256"))  # small entries a stream gathers before a step
 # packs its oldest (tests that need many small entries to stay raise it)
@@ -99,10 +99,10 @@ class Packer:
 
     def added(self, owner: tuple, entries: Iterable[Entry]) -> None:
         """Entries just written by ``owner`` (the key columns' values; repeats too: counts are a hint)."""
-        names = self.layout.stream[len(owner):]
+        at = [ENTRY_FIELDS.index(c) for c in self.layout.stream[len(owner):]]  # the entry's own stream fields
         for e in entries:
             if e.kind == KIND_METRIC and 0 < e.n < SMALL:
-                key = (*owner, *(getattr(e, c) for c in names))
+                key = (*owner, *(e[i] for i in at))
                 self.small[key] = self.small.get(key, 0) + 1
 
     def forget(self, match: Callable[[tuple], bool]) -> None:
