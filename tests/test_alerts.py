@@ -15,18 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import (
-    ROOT,
-    TOKEN,
-    AgentProcess,
-    as_owner,
-    finish,
-    free_port,
-    run_cli,
-    run_events,
-    start_trainer,
-    wait_until,
-)
+from support.messages import TOKEN
+from support.paths import ROOT
+from support.processes import AgentProcess, finish, run_cli, start_trainer
+from support.runs import run_events
+from support.sockets import as_owner, free_port
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.client import AgentError, Client
@@ -444,7 +438,7 @@ def test_an_idle_gpu_under_a_running_job_fires_on_that_job(tmp_path):
     """The real agent loop and sampler; only NVML is faked, reporting a GPU stuck at 3 %."""
     import threading
 
-    from nvml_fake import fake_nvml
+    from support.nvml_fake import fake_nvml
 
     from pilothouse.node.sampler import SystemSampler
     from pilothouse.node.server import Agent

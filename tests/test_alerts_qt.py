@@ -17,9 +17,10 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from conftest import AgentProcess, finish, free_port, start_trainer
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSystemTrayIcon
+from support.processes import AgentProcess, finish, start_trainer
+from support.sockets import free_port
 
 from pilothouse.client import Client
 from pilothouse.gui._qt.alerts import RuleDialog

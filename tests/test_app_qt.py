@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from conftest import finish, start_trainer  # noqa: E402
+from support.processes import finish, start_trainer  # noqa: E402
 
 from pilothouse.client import Client  # noqa: E402
 from pilothouse.gui._qt.app import EMPTY  # noqa: E402

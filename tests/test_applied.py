@@ -8,7 +8,8 @@ import json
 import time
 from pathlib import Path
 
-from conftest import finish, start_trainer, wait_until
+from support.processes import finish, start_trainer
+from support.waiting import wait_until
 
 LOOP = """
 import json, os

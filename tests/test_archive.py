@@ -18,8 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, AgentProcess, free_port, run_cli, run_events, wait_until
-from tier_records import same_buckets
+from support.paths import ROOT
+from support.processes import AgentProcess, run_cli
+from support.runs import run_events
+from support.sockets import free_port
+from support.tier_records import same_buckets
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.cli import main

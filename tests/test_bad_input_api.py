@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import wait_until
+from support.waiting import wait_until
 from support.wire_peer import (
     RawPeer,
     bits,

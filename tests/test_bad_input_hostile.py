@@ -12,7 +12,9 @@ from typing import Any
 
 import msgpack
 import pytest
-from conftest import AgentProcess, free_port, wait_until
+from support.processes import AgentProcess
+from support.sockets import free_port
+from support.waiting import wait_until
 from support.wire_peer import (
     HELLO,
     RawPeer,
@@ -214,7 +216,7 @@ def test_a_trainers_text_never_drives_the_terminal(tmp_path, agent_proc):
     `events` print it escaped."""
     import subprocess
 
-    from conftest import run_cli
+    from support.processes import run_cli
 
     peer = RawPeer(agent_proc.url)
     try:
@@ -245,7 +247,7 @@ def test_a_trainers_text_never_drives_the_terminal(tmp_path, agent_proc):
 def test_a_metric_name_is_text_in_a_spreadsheet(tmp_path, agent_proc):
     import csv
 
-    from conftest import run_cli
+    from support.processes import run_cli
 
     run = ph.init(project="csv", name="formula", agent=agent_proc.url)
     run.log({"=cmd|' /C calc'!A0": 1.0, "+1": 2.0, "-x": 3.0, "@sum": 4.0, "loss": 5.0}, step=0)
@@ -263,7 +265,7 @@ def test_a_metric_name_is_text_in_a_spreadsheet(tmp_path, agent_proc):
     (["set", "someone", "lr=0.1", "--at-step", "-1"], "a step must be an int in"),
 ])
 def test_out_of_range_integers_are_one_line_errors(args, message):
-    from conftest import run_cli
+    from support.processes import run_cli
 
     out = run_cli(*args, "--agent", f"tcp://127.0.0.1:{free_port()}")
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr

@@ -13,7 +13,8 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from conftest import as_owner, batch_fields
+from support.messages import batch_fields
+from support.sockets import as_owner
 from support.wire_peer import (
     HELLO,
     SEED,

@@ -12,19 +12,13 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from support.app_store import r1_chunk as chunk
+
 from pilothouse.gui._qt.charts import ChartsPanel
 from pilothouse.gui.local_store import LocalStore
-from pilothouse.wire.entries import Entry
 
 A = "tcp://127.0.0.1:7001"
 KEY = (A, "r1")
-
-
-def chunk(id: int, metric: str, steps, vals) -> Entry:
-    steps = np.asarray(steps, np.int64)
-    vals = np.asarray(vals, np.float64)
-    return Entry(id, "r1", "m", metric, 0, len(steps), steps.tobytes(), vals.tobytes(),
-                 (1.7e9 + steps).astype(np.float64).tobytes(), None)
 
 
 @pytest.fixture

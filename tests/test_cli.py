@@ -12,9 +12,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ON_THE_DEFAULT_PORT, ROOT, AgentProcess, finish, free_port, start_trainer, wait_until
-from conftest import run_cli as cli
-from test_store import SPECIAL, bits
+from support.float_bits import SPECIAL, bits
+from support.paths import ROOT
+from support.processes import ON_THE_DEFAULT_PORT, AgentProcess, finish, start_trainer
+from support.processes import run_cli as cli
+from support.sockets import free_port
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.client import AgentUnavailable, Client

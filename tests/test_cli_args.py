@@ -15,7 +15,10 @@ import time
 import msgpack
 import pytest
 import zmq
-from conftest import ROOT, TOKEN, AgentProcess, as_owner, free_port, run_cli
+from support.messages import TOKEN
+from support.paths import ROOT
+from support.processes import AgentProcess, run_cli
+from support.sockets import as_owner, free_port
 
 import pilothouse as ph
 from pilothouse.cli import main

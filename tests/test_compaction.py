@@ -8,10 +8,12 @@ import time
 
 import numpy as np
 import pytest
-from conftest import AgentProcess, free_port, start_trainer, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_retention import SIZE_SQL, write_runs
+from support.agent_journal import SIZE_SQL, write_runs
+from support.processes import AgentProcess, start_trainer
+from support.sockets import free_port
+from support.waiting import wait_until
 
 from pilothouse.node.compactor import Compactor
 from pilothouse.node.journal import Store

@@ -13,7 +13,9 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 pytest.importorskip("PySide6")
 
-from conftest import finish, run_events, start_trainer, wait_until  # noqa: E402
+from support.processes import finish, start_trainer  # noqa: E402
+from support.runs import run_events  # noqa: E402
+from support.waiting import wait_until  # noqa: E402
 
 import pilothouse as ph  # noqa: E402
 from pilothouse.client import Client  # noqa: E402

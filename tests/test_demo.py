@@ -13,7 +13,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT, wait_until
+from support.paths import ROOT
+from support.waiting import wait_until
 
 from pilothouse.client import Client
 

@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import finish, wait_until
+from support.processes import finish
+from support.waiting import wait_until
 
 from pilothouse.client import Client
 from pilothouse.wire.entries import KIND_ROLLOUTS

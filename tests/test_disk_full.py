@@ -5,47 +5,25 @@ The test fills a real filesystem: a small tmpfs mounted for it (we run as root, 
 
 from __future__ import annotations
 
-import errno
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import AgentProcess, free_port, run_cli, wait_until
+from support.disk import fill_disk
+from support.processes import AgentProcess, run_cli
+from support.sockets import free_port
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.client import AgentError, Client
 from pilothouse.gui.network import AgentLink
+
+pytest_plugins = ["support.disk"]  # small_disk
 
 
 def _health_text(health) -> str:
     from pilothouse.gui._qt.app import _health_text as text  # the status bar's line, Qt only on import
 
     return text(health)
-
-
-def _fill(path: Path) -> None:
-    """Take every free byte of ``path``'s filesystem."""
-    with open(path, "wb", buffering=0) as out:
-        for size in (1 << 20, 65536, 4096, 512):  # the last bits too
-            while True:
-                try:
-                    if out.write(b"\0" * size) < size:
-                        break
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-                    break
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m,mode=0700", "tmpfs", str(mount)],
-                          check=False, capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs for the full-disk test ({done.stderr.strip()}): run the tests as root")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @pytest.mark.timeout(180)
@@ -58,7 +36,7 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_loses_nothing_once_space_ret
             run.log({n: float(step) for n in names}, step=step)
         assert run.flush(20)
         filler = small_disk / "filler"
-        _fill(filler)
+        fill_disk(filler)
         log_size = proc.log.stat().st_size
         for step in range(200, 2200):
             run.log({n: float(step) for n in names}, step=step)
@@ -134,7 +112,7 @@ def test_a_trainer_through_full_partly_freed_and_free_keeps_every_acked_point_an
         assert grown > 1 << 20  # a WAL that only a truncating checkpoint gives back
         part, filler = small_disk / "part", small_disk / "filler"
         part.write_bytes(bytes(24 << 20))
-        _fill(filler)
+        fill_disk(filler)
         step = _log(run, step, 30000, names)
         wait_until(lambda: run.stats["dropped_records"] > 0 and "disk full:" in run.stats["last_error"],
                    what="the trainer dropping records on a full disk")
@@ -173,7 +151,7 @@ def test_an_agent_started_on_a_full_disk_answers_reads_and_stores_again_once_spa
     assert before.finish(timeout=20)
     proc.stop()
     filler = small_disk / "filler"
-    _fill(filler)
+    fill_disk(filler)
 
     proc.start()  # the reserve it kept is given back: the journal opens, read-only
     run = ph.init(project="disk", name="after", agent=proc.url, heartbeat=0.2)
@@ -204,10 +182,10 @@ def test_a_trainer_that_ends_on_a_disk_full_to_the_last_byte_leaves_its_loss_cou
     try:
         step = _log(run, 0, 100, names)
         assert run.flush(20)
-        _fill(small_disk / "filler")
+        fill_disk(small_disk / "filler")
         step = _log(run, step, 30000, names)
         wait_until(lambda: not (data / "space.reserve").exists(), what="the reserve given back")
-        _fill(small_disk / "filler-2")
+        fill_disk(small_disk / "filler-2")
         assert not run.finish(timeout=2)  # the trainer gives up and goes, its unacked records with it
         dropped = run.stats["dropped_records"]
         assert dropped > 0

@@ -8,7 +8,9 @@ import threading
 import time
 
 import numpy as np
-from conftest import AgentProcess, finish, free_port, start_trainer, wait_until
+from support.processes import AgentProcess, finish, start_trainer
+from support.sockets import free_port
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.client import Client

@@ -13,9 +13,12 @@ import socket
 import string
 
 import pytest
-from conftest import ROOT, finish, run_cli, run_events, start_trainer, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.paths import ROOT
+from support.processes import finish, run_cli, start_trainer
+from support.runs import run_events
+from support.waiting import wait_until
 
 from pilothouse.client import Client
 from pilothouse.event_text import _WRITERS, Narrator, event_lines, sender, sentence, value_text

@@ -16,9 +16,9 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from conftest import LOOP_UNTIL_STOPPED, finish, run_cli, start_trainer  # noqa: E402
 from PySide6.QtCore import QSize  # noqa: E402
 from PySide6.QtWidgets import QStyleOptionViewItem  # noqa: E402
+from support.processes import LOOP_UNTIL_STOPPED, finish, run_cli, start_trainer  # noqa: E402
 
 from pilothouse.client import Client  # noqa: E402
 from pilothouse.gui._qt.runs_table import COLUMNS  # noqa: E402

@@ -18,7 +18,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 import zmq
-from conftest import ROOT, as_owner, finish, run_events, start_trainer, wait_until
+from support.paths import ROOT
+from support.processes import finish, start_trainer
+from support.runs import run_events
+from support.sockets import as_owner
+from support.waiting import wait_until
 
 from pilothouse.client import Client
 from pilothouse.gui.local_store import LocalStore
@@ -133,8 +137,9 @@ READER_KILLS = 3
 
 
 def start_reader(url: str, store: Path) -> subprocess.Popen:
-    """The app's network layer in a process of its own (tests/fault_reader.py), started and ready."""
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fault_reader.py")), url, str(store)],
+    """The app's network layer in a process of its own (tests/support/fault_reader.py), started and ready."""
+    reader = Path(__file__).parent / "support" / "fault_reader.py"
+    proc = subprocess.Popen([sys.executable, str(reader), url, str(store)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline().strip()
     assert line == "ready qt=False", f"reader did not start cleanly: {line!r} {'' if line else proc.stderr.read()}"

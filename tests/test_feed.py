@@ -4,7 +4,7 @@ bounded size (not one message the size of the turn, held once per reader), and e
 from __future__ import annotations
 
 import numpy as np
-from conftest import batch_fields
+from support.messages import batch_fields
 
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.journal import Store

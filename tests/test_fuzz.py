@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import itertools
 import json
-import sqlite3
 import struct
 import time
 from pathlib import Path
@@ -26,18 +25,13 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from conftest import (
-    TOKEN,
-    AgentProcess,
-    as_owner,
-    batch_fields,
-    finish,
-    free_port,
-    start_trainer,
-    wait_until,
-)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.agent_journal import snapshot
+from support.messages import TOKEN, batch_fields
+from support.processes import AgentProcess, finish, start_trainer
+from support.sockets import as_owner, free_port
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.wire.messages import INBOUND, ProtocolError, decode
@@ -51,16 +45,6 @@ SETTINGS = settings(max_examples=200, deadline=None, database=None, print_blob=T
 
 
 # --- the target ------------------------------------------------------------------------------
-
-def snapshot(data_dir: Path, run_id: str) -> dict[str, list]:
-    con = sqlite3.connect(data_dir / "journal.sqlite", timeout=10)
-    try:
-        return {"runs": con.execute("SELECT * FROM runs WHERE id=?", [run_id]).fetchall(),
-                "journal": con.execute("SELECT * FROM journal WHERE run=? ORDER BY id", [run_id]).fetchall(),
-                "streams": con.execute("SELECT * FROM streams WHERE run=?", [run_id]).fetchall()}
-    finally:
-        con.close()
-
 
 class Target:
     def __init__(self, proc: AgentProcess, host: str, sys_run: str):

@@ -1,5 +1,5 @@
 """The agent's memory under fuzz and connection churn: ~35k invalid frames (the strategies of
-``test_fuzz_link.py``: raw bytes, random msgpack, every inbound message type made invalid) and a
+``support/reply_fuzz.py``: raw bytes, random msgpack, every inbound message type made invalid) and a
 thousand connections that subscribe and vanish; the agent's RSS stays under a fixed bound, it keeps
 answering, what it stored is unchanged and a trainer afterwards gets every point stored.
 """
@@ -15,11 +15,13 @@ import msgpack
 import numpy as np
 import psutil
 import zmq
-from conftest import TOKEN, AgentProcess, as_owner, finish, free_port, start_trainer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_fuzz import snapshot
-from test_fuzz_link import RANDOM_MSGPACK, SETTINGS, WEIRD, build
+from support.agent_journal import snapshot
+from support.messages import TOKEN
+from support.processes import AgentProcess, finish, start_trainer
+from support.reply_fuzz import RANDOM_MSGPACK, SETTINGS, WEIRD, build
+from support.sockets import as_owner, free_port
 
 import pilothouse as ph
 from pilothouse.wire.messages import INBOUND, ProtocolError, decode

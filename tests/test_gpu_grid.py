@@ -1,7 +1,7 @@
 """pilothouse.gui.gpu_grid: every GPU of every node, what stands out, and a bounded history per GPU.
 
 The first test feeds the model from two real agent subprocesses (their samplers read a stand-in
-NVML, ``tests/fake_pynvml``: this machine has no GPU) through the app's real network links, with a
+NVML, ``tests/support/fake_pynvml``: this machine has no GPU) through the app's real network links, with a
 real trainer making one node busy; the others give the model the sampler's readings directly to
 pin down each edge (NaN, a node that goes away, a GPU count that changes).
 """
@@ -12,11 +12,12 @@ import json
 import math
 import queue
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, AgentProcess, free_port, start_trainer, wait_until
+from support.gpus import NODE, reading, sample, start_gpu_agent
+from support.processes import start_trainer
+from support.waiting import wait_until
 
 from pilothouse.gui.gpu_grid import (
     HOT,
@@ -35,23 +36,6 @@ from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.network import AgentLink
 from pilothouse.wire.checks import SYSTEM_RUN_PREFIX
 from pilothouse.wire.entries import KIND_METRIC, entry_points
-
-FAKE_PYNVML = ROOT / "tests" / "fake_pynvml"
-
-
-def start_gpu_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, gpus: int,
-                    state: dict | None = None) -> tuple[AgentProcess, Path]:
-    """A real ``pilothouse agent`` subprocess sampling ``gpus`` fake GPUs ten times a second; their
-    readings follow the JSON file returned (rewrite it to change them)."""
-    state_file = tmp_path / f"{name}-nvml.json"
-    state_file.write_text(json.dumps(state or {}))
-    with monkeypatch.context() as env:  # the subprocess inherits these; the test process keeps its own
-        env.setenv("PYTHONPATH", str(FAKE_PYNVML))
-        env.setenv("FAKE_NVML_GPUS", str(gpus))
-        env.setenv("FAKE_NVML_STATE", str(state_file))
-        agent = AgentProcess(tmp_path / name, free_port(), ["--sample-interval", "0.1"]).start()
-    return agent, state_file
-
 
 BUSY_TRAINER = """
 run = ph.init(project="grid", name="busy", agent=URL, heartbeat=0.2)
@@ -129,22 +113,6 @@ def test_two_real_agents_idle_hot_full_then_a_lost_gpu_and_a_node_gone(tmp_path,
             link.stop()
         a.stop()
         b.stop()
-
-
-NODE = ("tcp://127.0.0.1:1", SYSTEM_RUN_PREFIX + "node-a")
-
-
-def reading(grid: GpuGrid, metric: str, t: float, value: float, node=NODE, heard: float | None = None) -> None:
-    grid.add(node, metric, np.array([t]), np.array([value]), heard=heard)
-
-
-def sample(grid: GpuGrid, t: float, gpus: int = 1, node=NODE, **values: float) -> None:
-    """One sampler reading of ``gpus`` GPUs: util 50, 10 of 80 GB, 200 W, 60 °C, no throttle, unless given."""
-    base = {"util": 50.0, "mem_used_gb": 10.0, "mem_total_gb": 80.0, "power_w": 200.0, "temp_c": 60.0,
-            "throttle": 0.0}
-    for i in range(gpus):
-        for name, value in (base | values).items():
-            reading(grid, f"gpu{i}/{name}", t, value, node)
 
 
 def test_idle_needs_a_running_job_and_a_whole_stretch_under_the_threshold():

@@ -14,12 +14,12 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 pytest.importorskip("PySide6")
 
-from conftest import wait_until  # noqa: E402
 from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QColor, QHelpEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QToolTip  # noqa: E402
-from test_gpu_grid import sample, start_gpu_agent  # noqa: E402
-from test_system_qt import copy_all  # noqa: E402
+from support.app_store import copy_all  # noqa: E402
+from support.gpus import sample, start_gpu_agent  # noqa: E402
+from support.waiting import wait_until  # noqa: E402
 
 from pilothouse.client import Client  # noqa: E402
 from pilothouse.gui._qt.gpu_grid import MISSING_FILL, GpuGridPanel, GpuGridView  # noqa: E402

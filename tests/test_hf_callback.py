@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import finish, start_trainer, wait_until
 from packaging.version import Version
+from support.processes import finish, start_trainer
+from support.waiting import wait_until
 
 transformers = pytest.importorskip("transformers")
 

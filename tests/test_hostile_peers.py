@@ -8,7 +8,8 @@ import time
 
 import pytest
 import zmq
-from conftest import AgentProcess, free_port, run_cli
+from support.processes import AgentProcess, run_cli
+from support.sockets import free_port
 
 from pilothouse.client import AgentUnavailable, Client
 from pilothouse.security import Keyring, secure_client

@@ -8,7 +8,9 @@ from __future__ import annotations
 import socket
 
 import pytest
-from conftest import AgentProcess, free_port, run_cli, wait_until
+from support.processes import AgentProcess, run_cli
+from support.sockets import free_port
+from support.waiting import wait_until
 
 import pilothouse as ph
 import pilothouse.trainer.run as trainer_run

@@ -13,8 +13,8 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-from conftest import run_cli, run_events
-from test_watch import assert_series, run_of
+from support.processes import run_cli
+from support.runs import assert_series, run_events, run_of
 
 SPECIAL = {6: np.nan, 9: np.inf, 12: -np.inf}  # step -> value of "loss" there
 STEPS = range(0, 60, 3)

@@ -11,9 +11,12 @@ import time
 
 import numpy as np
 import pytest
-from conftest import AgentProcess, batch_fields, free_port, start_trainer, wait_until
-from test_tiers import spiky as spiky_walk
-from tier_records import same_buckets
+from support.messages import batch_fields
+from support.processes import AgentProcess, start_trainer
+from support.sockets import free_port
+from support.tier_records import same_buckets
+from support.tier_records import spiky as spiky_walk
+from support.waiting import wait_until
 
 from pilothouse.client import AgentError
 from pilothouse.node import journal_tiers

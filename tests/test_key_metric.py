@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from conftest import run_cli as cli
+from support.processes import run_cli as cli
 
 import pilothouse as ph
 from pilothouse.client import AgentError

@@ -3,7 +3,6 @@ real install of the package; ``import pilothouse`` in a trainer loads no SQLite,
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import shutil
 import subprocess
@@ -12,20 +11,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from support.paths import ROOT
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 FOLDERS = {"pilothouse": ROOT / "agent", "pilothouse.gui": ROOT / "gui"}
-
-
-def imported_roots(path: Path) -> set[str]:
-    roots = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            roots.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            roots.add(node.module.split(".")[0])
-    return roots
 
 
 def source_modules() -> set[str]:

@@ -14,7 +14,9 @@ from urllib.parse import urlsplit
 
 import msgpack
 import zmq
-from conftest import as_nobody, as_owner, wait_until
+from support.sockets import as_owner
+from support.users import as_nobody
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.node.limits import CONNECTION_BYTES, LOCAL_CONNECTIONS, STRANGER_CONNECTIONS, raise_fd_limit

@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import msgpack
 import numpy as np
+from support.app_store import SPECIAL, A, B, body, chunk
 
 from pilothouse.gui.local_store import ENV_APP_DATA, STORE_FILE, LocalStore, default_path
 from pilothouse.wire.entries import Entry
-
-A, B = "tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002"
-SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 1e308, 5e-324, 1.5])
-
-
-def chunk(id: int, run: str, metric: str, steps, vals) -> Entry:
-    steps = np.asarray(steps, np.int64)
-    vals = np.asarray(vals, np.float64)
-    times = 1.7e9 + steps.astype(np.float64)
-    return Entry(id, run, "m", metric, 0, len(steps), steps.tobytes(), vals.tobytes(), times.tobytes(), None)
-
-
-def body(id: int, run: str, kind: str, obj: dict) -> Entry:
-    return Entry(id, run, kind, None, 0, len(obj.get("rows", ())), None, None, None,
-                 msgpack.packb(obj, use_bin_type=True))
 
 
 def page() -> list[Entry]:

@@ -12,7 +12,9 @@ import sys
 import time
 
 import pytest
-from conftest import AgentProcess, free_port, wait_until
+from support.processes import AgentProcess
+from support.sockets import free_port
+from support.waiting import wait_until
 
 from pilothouse.client import Client
 

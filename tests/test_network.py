@@ -9,7 +9,10 @@ import time
 
 import numpy as np
 import zmq
-from conftest import AgentProcess, as_owner, batch_fields, finish, free_port, start_trainer, wait_until
+from support.messages import batch_fields
+from support.processes import AgentProcess, finish, start_trainer
+from support.sockets import as_owner, free_port
+from support.waiting import wait_until
 
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.network import AgentLink, Links
@@ -157,7 +160,7 @@ def test_links_add_and_remove(tmp_path):
 
 
 def test_an_agent_restarted_on_a_new_journal_is_followed_from_its_start(tmp_path):
-    from conftest import AgentProcess
+    from support.processes import AgentProcess
 
     port = free_port()
     store_path = tmp_path / "app.sqlite"

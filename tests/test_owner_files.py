@@ -20,7 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import NOBODY, AgentProcess, as_nobody, free_port, run_cli, run_events, wait_until
+from support.processes import AgentProcess, run_cli
+from support.runs import run_events
+from support.sockets import free_port
+from support.users import NOBODY, as_nobody
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.gui.local_store import LocalStore

@@ -12,8 +12,9 @@ import time
 import numpy as np
 import psutil
 import pytest
-from conftest import ROOT, wait_until
 from ray.cluster_utils import Cluster
+from support.paths import ROOT
+from support.waiting import wait_until
 
 from pilothouse.client import Client, reachable
 from pilothouse.ray import agent_here, start_agents

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from conftest import AgentProcess, free_port, run_cli, run_events
+from support.processes import AgentProcess, run_cli
+from support.runs import run_events
+from support.sockets import free_port
 
 import pilothouse as ph
 from pilothouse.client import AgentError, Client

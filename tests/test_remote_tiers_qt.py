@@ -17,7 +17,10 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from conftest import AgentProcess, batch_fields, free_port, start_trainer, wait_until
+from support.messages import batch_fields
+from support.processes import AgentProcess, start_trainer
+from support.sockets import free_port
+from support.waiting import wait_until
 
 from pilothouse.gui._qt.charts import ChartsPanel
 from pilothouse.gui.local_store import LocalStore

@@ -9,7 +9,9 @@ import socket
 
 import pytest
 import sqlite_utils
-from conftest import finish, run_cli, run_events, start_trainer, wait_until
+from support.processes import finish, run_cli, start_trainer
+from support.runs import run_events
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.client import Client

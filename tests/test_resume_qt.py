@@ -17,7 +17,8 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from conftest import AgentProcess, finish, free_port, start_trainer  # noqa: E402
+from support.processes import AgentProcess, finish, start_trainer  # noqa: E402
+from support.sockets import free_port  # noqa: E402
 
 from pilothouse.gui._qt.export import export_run_csv  # noqa: E402
 from pilothouse.gui.charts_model import OLD  # noqa: E402

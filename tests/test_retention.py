@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -16,42 +15,19 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import LOOP_UNTIL_STOPPED, ROOT, AgentProcess, batch_fields, free_port, start_trainer, wait_until
+from support.agent_journal import SIZE_SQL, write_runs
+from support.messages import batch_fields
+from support.paths import ROOT
+from support.processes import LOOP_UNTIL_STOPPED, AgentProcess, start_trainer
+from support.sockets import free_port
+from support.waiting import wait_until
 
 from pilothouse.client import AgentError, Client
-from pilothouse.node.journal import ENTRY_OVERHEAD, UNINDEX_ROW_BYTES, Store
+from pilothouse.node.journal import UNINDEX_ROW_BYTES, Store
 from pilothouse.security import Keyring
 from pilothouse.wire.entries import KIND_EVENT, entry_body
 
 DAY = 86400.0
-SIZE_SQL = (f"SELECT run, SUM(n) FILTER (WHERE kind='m'), SUM({ENTRY_OVERHEAD} + COALESCE(length(steps), 0) "
-            "+ COALESCE(length(vals), 0) + COALESCE(length(times), 0) + COALESCE(length(body), 0)) "
-            "FROM journal GROUP BY run")
-
-
-def write_runs(path: Path, runs: dict[str, dict]) -> None:
-    """run id -> {"steps", "per_call" (steps per ingest: fewer make more rows), "status", "ended"
-    (seconds ago), "pid", "pid_started"}: each run logs two metrics through Store.ingest."""
-    store = Store(path)
-    now = time.time()
-    for run, spec in runs.items():
-        store.begin()
-        store.upsert_run({"run": run, "project": "ret", "name": run, "host": socket.gethostname(),
-                          "pid": spec.get("pid", 1), "pid_started": spec.get("pid_started"), "config": {}}, now)
-        steps, per_call = spec.get("steps", 100), spec.get("per_call", 50)
-        for lo in range(0, steps, per_call):
-            recs = [(0, s, now + s, {"loss": 1.0 / (s + 1), "reward": float(s)})
-                    for s in range(lo, min(lo + per_call, steps))]
-            store.ingest((run, 0, ""), lo + 1, lo + 1, batch_fields(recs), now)
-        store.set_status(run, spec.get("status", "finished"), now)
-        store.commit()
-        if "ended" in spec:
-            at = now - spec["ended"]
-            store.db.execute("UPDATE runs SET ended=IIF(ended IS NULL, NULL, ?), last_seen=?, created=? WHERE id=?",
-                             [at, at, at - 1, run])
-    store.close()
-
-
 def cli(*args: str) -> subprocess.CompletedProcess:
     """``pilothouse ARGS`` with no terminal on stdin, as in a script or a cron job."""
     return subprocess.run([sys.executable, "-m", "pilothouse", *args], capture_output=True, text=True, timeout=60,

@@ -14,8 +14,10 @@ import re
 import time
 
 import pytest
-from conftest import AgentProcess, batch_fields, finish, free_port, start_trainer
-from conftest import run_cli as cli
+from support.messages import batch_fields
+from support.processes import AgentProcess, finish, start_trainer
+from support.processes import run_cli as cli
+from support.sockets import free_port
 
 from pilothouse.client import AgentError
 from pilothouse.node.journal import Store

@@ -11,7 +11,10 @@ import signal
 
 import pytest
 import zmq
-from conftest import LOOP_UNTIL_STOPPED, as_owner, finish, run_events, start_trainer, wait_until
+from support.processes import LOOP_UNTIL_STOPPED, finish, start_trainer
+from support.runs import run_events
+from support.sockets import as_owner
+from support.waiting import wait_until
 
 from pilothouse.client import Client
 from pilothouse.wire.messages import ProtocolError, decode, message, pack, unpack

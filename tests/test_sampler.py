@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from conftest import wait_until
-from nvml_fake import FakeNVMLError, fake_nvml
+from support.nvml_fake import FakeNVMLError, fake_nvml
+from support.waiting import wait_until
 
 from pilothouse.node.sampler import SystemSampler
 

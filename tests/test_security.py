@@ -25,22 +25,14 @@ from pathlib import Path
 import psutil
 import pytest
 import zmq
-from conftest import (
-    LOOP_UNTIL_STOPPED,
-    NOBODY,
-    ON_THE_DEFAULT_PORT,
-    ROOT,
-    TOKEN,
-    AgentProcess,
-    as_nobody,
-    finish,
-    free_port,
-    run_cli,
-    run_events,
-    start_trainer,
-    wait_until,
-)
-from test_layering import imported_roots
+from support.messages import TOKEN
+from support.paths import ROOT
+from support.processes import LOOP_UNTIL_STOPPED, ON_THE_DEFAULT_PORT, AgentProcess, finish, run_cli, start_trainer
+from support.runs import run_events
+from support.sockets import free_port
+from support.sources import imported_roots
+from support.users import NOBODY, as_nobody
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.client import AgentError, AgentUnavailable, Client, reachable

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import time
 
-from conftest import as_owner, finish, run_events, start_trainer, wait_until
+from support.processes import finish, start_trainer
+from support.runs import run_events
+from support.sockets import as_owner
+from support.waiting import wait_until
 
 from pilothouse.client import Client
 

@@ -7,8 +7,11 @@ import re
 import time
 
 import pytest
-from conftest import as_owner, finish, run_events, start_trainer, wait_until
-from conftest import run_cli as cli
+from support.processes import finish, start_trainer
+from support.processes import run_cli as cli
+from support.runs import run_events
+from support.sockets import as_owner
+from support.waiting import wait_until
 
 from pilothouse.client import AgentError, Client
 

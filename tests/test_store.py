@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import math
-import struct
-
 import numpy as np
 import pytest
-from conftest import batch_fields
+from support.float_bits import SPECIAL, bits
+from support.messages import batch_fields
 
 from pilothouse.node.journal import Store
 from pilothouse.wire.messages import ProtocolError, pack
 
-SPECIAL = [math.nan, math.inf, -math.inf, -0.0, 1e308, 5e-324, 0.1]
 HELLO = {"run": "r1", "rank": 0, "project": "p", "name": "n", "config": {"lr": 3e-4}, "host": "h", "pid": 1}
-
-
-def bits(values) -> list[int]:
-    return [struct.unpack("<Q", struct.pack("<d", v))[0] for v in values]
 
 
 def rec(step: int, **values: float) -> list:

@@ -11,8 +11,8 @@ import threading
 
 import numpy as np
 import pytest
-from test_disk_full import _fill, small_disk  # noqa: F401 (a fixture)
-from tier_records import same_rows
+from support.disk import fill_disk
+from support.tier_records import same_rows
 
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.store_packing import StorePacker
@@ -20,6 +20,8 @@ from pilothouse.gui.store_writer import StoreWriter, Write
 from pilothouse.store.packing import MIN_ROWS
 from pilothouse.wire.entries import Entry
 from pilothouse.wire.messages import pack
+
+pytest_plugins = ["support.disk"]  # small_disk
 
 A = "tcp://127.0.0.1:7001"
 SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 5e-324, struct.unpack("<d", struct.pack("<Q", 0x7FF8DEADBEEF0001))[0]]
@@ -140,14 +142,14 @@ def test_a_store_opened_again_packs_what_it_held_and_tiers_built_again_read_the_
     store.close()
 
 
-def test_a_packing_step_on_a_full_disk_is_undone_whole_and_done_once_space_returns(small_disk):  # noqa: F811
+def test_a_packing_step_on_a_full_disk_is_undone_whole_and_done_once_space_returns(small_disk):
     store = LocalStore(small_disk / "s.sqlite")
     steps = np.arange(2 * MIN_ROWS, dtype=np.int64)
     store.write_page(A, small_entries(1, "loss", steps, np.sqrt(steps), 1.7e9 + steps), len(steps))
     before = store.series(A, "r1", "loss")
     packer = StorePacker(store)
     packer.step()  # counts the run's metrics (a read)
-    _fill(small_disk / "filler")
+    fill_disk(small_disk / "filler")
     with pytest.raises(sqlite3.OperationalError, match="full"):
         while packer.pending():
             packer.step()

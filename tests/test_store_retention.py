@@ -8,27 +8,12 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
-from conftest import ROOT, wait_until
-from test_local_store import SPECIAL, A, B, body, chunk
+from support.app_store import DAY, NOW, SPECIAL, A, B, body, chunk, fill, run
+from support.paths import ROOT
+from support.waiting import wait_until
 
 from pilothouse.gui.local_store import LiveRunError, LocalStore, StoredRun, pick
-
-DAY = 86400.0
-NOW = 1.8e9
-
-
-def run(run_id: str, status: str = "finished", ended: float | None = NOW - DAY, **extra) -> dict:
-    return {"id": run_id, "project": "p", "name": run_id, "status": status, "created": 1.0, "ended": ended, **extra}
-
-
-def fill(store: LocalStore, url: str, run_id: str, first_id: int, chunks: int, points: int = 10) -> int:
-    """``chunks`` metric entries of ``points`` points for a run; returns the next free journal id."""
-    entries = [chunk(first_id + i, run_id, f"m{i % 3}", range(i * points, (i + 1) * points),
-                     np.full(points, float(i))) for i in range(chunks)]
-    store.write_page(url, entries, first_id + chunks - 1)
-    return first_id + chunks
 
 
 def snapshot(store: LocalStore, url: str, run_id: str) -> tuple:

@@ -17,7 +17,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QItemSelectionModel  # noqa: E402
 from PySide6.QtWidgets import QDialog  # noqa: E402
-from test_store_retention import DAY, fill, run  # noqa: E402
+from support.app_store import DAY, fill, run  # noqa: E402
 
 from pilothouse.gui._qt import app as app_module  # noqa: E402
 from pilothouse.gui._qt.store_dialogs import CleanupDialog, fmt_bytes  # noqa: E402

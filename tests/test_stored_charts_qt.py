@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from test_charts_panel_qt import chunk
+from support.app_store import r1_chunk as chunk
 
 from pilothouse.gui._qt.charts import ChartsPanel
 from pilothouse.gui.charts_model import OLD

@@ -13,8 +13,10 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 pytest.importorskip("PySide6")
 
-from conftest import free_port, wait_until  # noqa: E402
-from nvml_fake import fake_nvml  # noqa: E402
+from support.app_store import copy_all  # noqa: E402
+from support.nvml_fake import fake_nvml  # noqa: E402
+from support.sockets import free_port  # noqa: E402
+from support.waiting import wait_until  # noqa: E402
 
 from pilothouse.client import Client  # noqa: E402
 from pilothouse.gui._qt.system import CPU, GPU_MEM, GPU_POWER, GPU_TEMP, GPU_UTIL, RAM, SystemPanel  # noqa: E402
@@ -22,16 +24,6 @@ from pilothouse.gui.local_store import LocalStore  # noqa: E402
 from pilothouse.node.sampler import SystemSampler  # noqa: E402
 from pilothouse.node.server import Agent  # noqa: E402
 from pilothouse.wire.entries import KIND_METRIC  # noqa: E402
-
-
-def copy_all(client: Client, store: LocalStore, url: str, after: int = 0) -> list:
-    """What a link writes: the run list and every journal page after ``after``; returns the entries."""
-    store.put_runs(url, client.runs())
-    entries = []
-    for page in client.history(after=after):
-        store.write_page(url, page.entries, page.cursor)
-        entries += page.entries
-    return entries
 
 
 def cpu_samples(client: Client) -> int:

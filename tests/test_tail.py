@@ -5,7 +5,7 @@ matches nothing, events as sentences; piped without $COLUMNS nothing is cut."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_cli
+from support.processes import run_cli
 
 import pilothouse as ph
 from pilothouse.cli.tail import MetricFilter, clip, cols, fit

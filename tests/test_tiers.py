@@ -7,7 +7,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from tier_records import same_buckets, same_rows
+from support.tier_records import same_buckets, same_rows, spiky
 
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.store.tier_table import BLOCK, TierTable
@@ -15,23 +15,6 @@ from pilothouse.store.tiers import BASE, WIDTHS, first_level, level_for, points,
 from pilothouse.wire.entries import Entry
 
 A = "tcp://127.0.0.1:7001"
-
-
-def spiky(rng: np.random.Generator, n: int, resumed: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """A random walk with spikes, NaN and ±Inf, a gap in the steps, and (if ``resumed``) a
-    stretch of steps logged again out of order, as a run resumed from a checkpoint does."""
-    steps = np.arange(n, dtype=np.int64) * 3
-    steps[n // 2:] += 10_000_000  # a sparse stretch
-    if resumed:
-        steps = np.concatenate([steps, steps[n // 4: n // 3]])
-    vals = np.cumsum(rng.standard_normal(len(steps)))
-    spots = rng.integers(0, len(vals), 40)
-    vals[spots[:10]] = 1e6
-    vals[spots[10:20]] = -1e6
-    vals[spots[20:30]] = np.nan
-    vals[spots[30:35]] = np.inf
-    vals[spots[35:]] = -np.inf
-    return steps, vals
 
 
 def entries(steps: np.ndarray, vals: np.ndarray, sizes: list[int], first_id: int = 1, metric: str = "loss",

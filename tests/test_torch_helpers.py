@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_events as events
-from conftest import wait_until
+from support.runs import run_events as events
+from support.waiting import wait_until
 
 import pilothouse as ph
 from pilothouse.client import Client

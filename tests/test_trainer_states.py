@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 import zmq
-from conftest import free_port, owner_agent_socket, wait_until
+from support.sockets import free_port, owner_agent_socket
+from support.waiting import wait_until
 
 import pilothouse
 from pilothouse.trainer.helm import NOTHING, Helm, Refused

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, finish, start_trainer, wait_until
+from support.paths import ROOT
+from support.processes import finish, start_trainer
+from support.waiting import wait_until
 
 from pilothouse.wire.entries import KIND_ROLLOUTS, entry_body
 

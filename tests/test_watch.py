@@ -14,7 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, AgentProcess, free_port, run_cli, run_events, wait_until
+from support.paths import ROOT
+from support.processes import AgentProcess, run_cli
+from support.runs import assert_series, run_events, run_of
+from support.sockets import free_port
+from support.waiting import wait_until
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 from tensorboard.compat.proto.event_pb2 import Event
 
@@ -82,20 +86,9 @@ def _env(tmp_path: Path) -> dict:
     return {**os.environ, "PILOTHOUSE_DATA": str(tmp_path / "ph-data")}
 
 
-def run_of(client, name: str) -> dict | None:
-    return next((r for r in client.runs() if r["name"] == name), None)
-
-
 def points(client, name: str) -> int:
     run = run_of(client, name)
     return run["points"] if run else -1
-
-
-def assert_series(client, run_id: str, metric: str, want: tuple) -> None:
-    steps, vals, times = client.series(run_id, metric)
-    np.testing.assert_array_equal(steps, want[0])
-    np.testing.assert_array_equal(vals, want[1])  # NaN == NaN here; ±Inf kept
-    np.testing.assert_array_equal(times, want[2])
 
 
 def file_points(folder: Path) -> dict[str, list[tuple[int, float, float]]]:

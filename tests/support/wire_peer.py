@@ -17,10 +17,13 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from conftest import TOKEN, AgentProcess, as_owner, batch_fields, free_port, wait_until
 
 import pilothouse as ph
 from pilothouse.trainer.run import Run
+from support.messages import TOKEN, batch_fields
+from support.processes import AgentProcess
+from support.sockets import as_owner, free_port
+from support.waiting import wait_until
 
 SEED = "seedrun1"  # wire_agent's finished run, worth protecting
 
@@ -119,7 +122,7 @@ def series(proc: AgentProcess, run_id: str, metric: str):
 
 
 def rec(seq: int, *records: list, run: str = SEED, **fields: Any) -> dict:
-    """A 'rec' message of readable records (see conftest.batch_fields), with ``fields`` put over its batch."""
+    """A 'rec' message of readable records (see support.messages.batch_fields), with ``fields`` put over its batch."""
     return {"t": "rec", "run": run, "rank": 0, "seq": seq, "floor": seq, **batch_fields(list(records)), **fields}
 
 

@@ -3,7 +3,7 @@
 ``fake_nvml(count)`` answers like ``count`` GPUs (GPU h: utilization 40+h %, h+1 of 80 GB used,
 250 W, 60+h °C, no throttling).  ``state`` (a callable read on every call) overrides one GPU's
 readings ({index: {"util": 0, "temp": 92, "throttle": 0x40, "lost": True}}); a lost GPU answers
-every query with an NVMLError, as one that fell off the bus does.  ``tests/fake_pynvml/pynvml.py``
+every query with an NVMLError, as one that fell off the bus does.  ``tests/support/fake_pynvml/pynvml.py``
 puts it in a real agent subprocess, its state read from a JSON file.
 """
 

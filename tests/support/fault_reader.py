@@ -1,7 +1,7 @@
 """A stand-in for the app's process in test_faults: follows one agent with the app's own plain
 network layer (``pilothouse.gui.network.Links``) into a ``LocalStore`` file, until it is killed.
 
-Usage: python tests/fault_reader.py AGENT_URL STORE_PATH
+Usage: python tests/support/fault_reader.py AGENT_URL STORE_PATH
 
 It prints one line, ``ready qt=<bool>``, once its link runs; ``qt`` says whether any Qt module got
 imported (it must not: the network layer and the local store are plain Python)."""
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pilothouse.gui.network import Links  # noqa: E402
 

@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+# tests/support itself: nvml_fake alone, not the support package (which would load pytest into the agent)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from nvml_fake import fake_nvml  # noqa: E402
 
