@@ -449,8 +449,9 @@ def test_link_memory_bounded_under_a_garbage_stream(tmp_path, fake, monkeypatch)
               f"+{heap2 / 2**20:.2f} MiB after all (peak +{peak / 2**20:.2f}), "
               f"RSS {rss0 / 2**20:.1f} -> {rss2 / 2**20:.1f} MiB")
         assert sent >= 5_000, sent
-        # a fixed ~1.8 MiB of decoded frames stays referenced (the same after half and after all): no growth
-        assert heap2 < 4 * 2 ** 20 and heap2 - heap1 < 2 ** 20, "the link's heap grows under garbage"
+        # what stays referenced is the frame last decoded (up to one frame's worth, ~2-8 MiB depending on
+        # which frame a busy machine leaves in flight), the same after half and after all: no growth
+        assert heap2 < 16 * 2 ** 20 and heap2 - heap1 < 2 ** 20, "the link's heap grows under garbage"
         assert peak < 16 * 2 ** 20  # one frame at a time, not a backlog
         assert rss2 - rss0 < 64 * 2 ** 20  # ZMQ's own queue is bounded by the HWM (1000 frames of <= 64 KiB)
         assert_link_alive(link, watch)
