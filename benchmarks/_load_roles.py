@@ -32,7 +32,6 @@ def metric_names(n: int) -> list[str]:
     return [f"train/m{j:02d}" for j in range(n)]
 
 
-
 def make_client(url: str, keys_dir: str | None, timeout: float) -> Client:
     return Client(url, timeout=timeout, keys=Keyring(keys_dir) if keys_dir else None)
 

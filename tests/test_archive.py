@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.float_bits import bits
 from support.paths import ROOT
 from support.processes import AgentProcess, run_cli
 from support.runs import run_events
@@ -34,10 +35,6 @@ from pilothouse.store.tiers import levels
 NAN_PAYLOAD = struct.unpack("<d", struct.pack("<Q", 0x7FF8DEAD0000BEEF))[0]
 SPECIAL = [1.5, NAN_PAYLOAD, -0.0, math.inf, -math.inf, 5e-324, 1e308]
 NAME = "odd / ünï run"
-
-
-def bits(values: np.ndarray) -> list[int]:
-    return np.asarray(values, np.float64).view(np.uint64).tolist()
 
 
 def log_run(url: str, steer: bool = False) -> str:

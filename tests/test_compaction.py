@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.agent_journal import SIZE_SQL, write_runs
+from support.float_bits import bits
 from support.processes import AgentProcess, start_trainer
 from support.sockets import free_port
 from support.waiting import wait_until
@@ -123,10 +124,6 @@ for step in range(int(ARGS[0])):
         time.sleep(0.01)  # turns of a few points: many small entries, as a paced trainer makes
 run.finish()
 """
-
-
-def bits(values: np.ndarray) -> list[int]:
-    return values.view(np.int64).tolist()
 
 
 def test_an_agent_packs_a_live_trainers_points_while_a_reader_follows(tmp_path):

@@ -7,6 +7,7 @@ import struct
 
 import numpy as np
 import pytest
+from support.float_bits import bits
 
 from pilothouse.wire.messages import ProtocolError, pack, unpack
 from pilothouse.wire.records import (
@@ -21,10 +22,6 @@ from pilothouse.wire.records import (
 
 NAN_PAYLOAD = struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_DEAD_BEEF))[0]
 SPECIAL = [math.nan, NAN_PAYLOAD, math.inf, -math.inf, -0.0, 0.0, 5e-324, 1.7976931348623157e308, 0.1]
-
-
-def bits(values) -> list[int]:
-    return [struct.unpack("<Q", struct.pack("<d", v))[0] for v in values]
 
 
 def metrics(step: int, wall_time: float, **values: float) -> tuple:

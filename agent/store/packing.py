@@ -72,6 +72,7 @@ class Packer:
                  upto: Callable[[tuple], int] | None = None, tiers: TierTable | None = None,
                  names: Callable[[str], tuple[str, str]] | None = None) -> None:
         self.db, self.layout, self.account = db, layout, account
+        self._at = [ENTRY_FIELDS.index(c) for c in layout.stream[len(layout.owner):]]  # an entry's own stream fields
         self._upto, self._tiers, self._names = upto, tiers, names
         self.small: dict[tuple, int] = {}  # small entries a stream may hold past ``packed_to`` (at most)
         self.packed_to: dict[tuple, int] = {}  # the stream's entries up to this id are not worth packing
@@ -99,10 +100,9 @@ class Packer:
 
     def added(self, owner: tuple, entries: Iterable[Entry]) -> None:
         """Entries just written by ``owner`` (the key columns' values; repeats too: counts are a hint)."""
-        at = [ENTRY_FIELDS.index(c) for c in self.layout.stream[len(owner):]]  # the entry's own stream fields
         for e in entries:
             if e.kind == KIND_METRIC and 0 < e.n < SMALL:
-                key = (*owner, *(e[i] for i in at))
+                key = (*owner, *(e[i] for i in self._at))
                 self.small[key] = self.small.get(key, 0) + 1
 
     def forget(self, match: Callable[[tuple], bool]) -> None:
