@@ -433,25 +433,34 @@ def test_link_memory_bounded_under_a_garbage_stream(tmp_path, fake, monkeypatch)
             time.sleep(0.3)  # the link drains its queue
             return fake.flooded
 
+        def settled_heap() -> int:
+            """The least of samples over up to three seconds: what the link still has in flight on a busy
+            machine (seen once in a while under xdist: a few MiB of decoded frames) is gone by a later
+            sample, a leak is not."""
+            least = 2 ** 62
+            for _ in range(15):
+                gc.collect()
+                least = min(least, tracemalloc.get_traced_memory()[0])
+                if least < 2 ** 20:
+                    break
+                time.sleep(0.2)
+            return least
+
         stream(0.7)  # warm-up: imports, caches, sqlite pages
         gc.collect()
         tracemalloc.start()
         rss0 = rss().rss
         sent = stream(1.2)
-        gc.collect()
-        heap1 = tracemalloc.get_traced_memory()[0]
+        heap1 = settled_heap()
         sent += stream(1.2)
-        gc.collect()
-        heap2, peak = tracemalloc.get_traced_memory()
+        heap2, peak = settled_heap(), tracemalloc.get_traced_memory()[1]
         rss2 = rss().rss
         tracemalloc.stop()
         print(f"\nlink under {sent} garbage frames: Python heap +{heap1 / 2**20:.2f} MiB after half, "
               f"+{heap2 / 2**20:.2f} MiB after all (peak +{peak / 2**20:.2f}), "
               f"RSS {rss0 / 2**20:.1f} -> {rss2 / 2**20:.1f} MiB")
         assert sent >= 5_000, sent
-        # what stays referenced is the frame last decoded (up to one frame's worth, ~2-8 MiB depending on
-        # which frame a busy machine leaves in flight), the same after half and after all: no growth
-        assert heap2 < 16 * 2 ** 20 and heap2 - heap1 < 2 ** 20, "the link's heap grows under garbage"
+        assert heap2 < 2 ** 20 and heap2 - heap1 < 2 ** 20, "the link's heap grows under garbage"
         assert peak < 16 * 2 ** 20  # one frame at a time, not a backlog
         assert rss2 - rss0 < 64 * 2 ** 20  # ZMQ's own queue is bounded by the HWM (1000 frames of <= 64 KiB)
         assert_link_alive(link, watch)
