@@ -267,14 +267,16 @@ class Client:
             batch["rows"].extend(body["rows"])
         return [steps[s] for s in sorted(steps)]
 
-    def search_rollouts(self, run: str, words: str, limit: int = 100) -> tuple[list[dict], bool]:
-        """Up to ``limit`` rows of ``run`` whose prompt or completion holds ``words`` (every word; a
-        ``"quoted phrase"`` as one; ``word*`` a prefix), newest first, each ``{"step", "row", "rollout"}``
+    def search_rollouts(self, run: str, words: str, limit: int = 100,
+                        in_prompt: bool = False) -> tuple[list[dict], bool]:
+        """Up to ``limit`` rows of ``run`` whose prompt or completion (``in_prompt``: prompt; of a chat,
+        any message, tool call or tool result) holds ``words`` (every word; a ``"quoted phrase"`` as one;
+        ``word*`` a prefix), newest first, each ``{"step", "row", "rollout"}``
         (``row``: its place in the step's batch); and whether the agent still had batches to index (not
         searched yet).  Pages until ``limit``; words it cannot search are an AgentError."""
         hits: list[dict] = []
         indexing = False
-        args: dict[str, Any] = {"run": run, "search": words}
+        args: dict[str, Any] = {"run": run, "search": words, **({"in_prompt": True} if in_prompt else {})}
         ceiling = INT64_MAX  # each page lies below the last: a broken agent cannot make this loop forever
         while len(hits) < limit:
             data = self.request("rollouts", **args, limit=min(limit - len(hits), MAX_SEARCH_HITS))

@@ -408,10 +408,11 @@ class LocalStore:
         return self.rollout_search.rows((agent, run), step)
 
     def search_rollouts(self, agent: str, run: str, words: str, before: int | None = None,
-                        limit: int = 200) -> tuple[list[Hit], int | None]:
-        """A page of the run's rows holding ``words``, newest first, and the ``before`` of the next page
-        (see ``RolloutSearch.search``); ValueError for words that cannot be searched."""
-        return self.rollout_search.search((agent, run), words, before, limit)
+                        limit: int = 200, in_prompt: bool = False) -> tuple[list[Hit], int | None]:
+        """A page of the run's rows holding ``words`` (``in_prompt``: in the prompt), newest first, and
+        the ``before`` of the next page (see ``RolloutSearch.search``); ValueError for words that cannot
+        be searched."""
+        return self.rollout_search.search((agent, run), words, before, limit, in_prompt)
 
     # --- retention: sizes, removal, clean-up ---------------------------------------------
 

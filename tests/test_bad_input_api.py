@@ -251,18 +251,29 @@ def test_numpy_and_torch_scalars_are_accepted(api_agent, api_run):
 
 
 @pytest.mark.parametrize("rows, exc, why", [
-    ([{"prompt": {"nested": 1}}], ValueError, r"rollout field 'prompt' has unsupported type dict"),
-    ([{"tokens": [1, 2, 3]}], ValueError, r"rollout field 'tokens' has unsupported type list"),
-    ([{"raw": b"\x00\x01"}], ValueError, r"rollout field 'raw' has unsupported type bytes"),
-    ([{"obj": object()}], ValueError, r"rollout field 'obj' has unsupported type object"),
-    ([{1: "x"}], ValueError, r"rollout field '1'"),
+    ([{"prompt": {"nested": 1}}], ValueError, r"rollout row 0 field 'prompt' has unsupported type dict"),
+    ([{"tokens": [1, 2, 3]}], ValueError, r"rollout row 0 field 'tokens' has unsupported type list"),
+    ([{"raw": b"\x00\x01"}], ValueError, r"rollout row 0 field 'raw' has unsupported type bytes"),
+    ([{"obj": object()}], ValueError, r"rollout row 0 field 'obj' has unsupported type object"),
+    ([{1: "x"}], ValueError, r"rollout row 0 has a field name that is not text: '1'"),
+    ([{"ok": 1}, {"prompt": ["hi"]}], ValueError, r"rollout row 1 field 'prompt' message 0 must be a map with a role"),
+    ([{"completion": [{"content": "x"}]}], ValueError, r"row 0 field 'completion' message 0 needs a role"),
+    ([{"messages": [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]}], ValueError,
+     r"row 0 field 'messages' message 0 field 'tool_calls' \[0\] needs function.name as text"),
+    ([{"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]}]}],
+     ValueError, r"function.arguments must be text or a map, got int"),
+    ([{"prompt": [{"role": "user", "content": [{"text": "no type"}]}]}], ValueError,
+     r"field 'content' part 0 must be a map with a type"),
+    ([{"prompt": [{"role": "user", "content": 5}]}], ValueError, r"field 'content' must be text, null or a list"),
+    ([{"prompt": [{"role": "user", "extra": [1]}]}], ValueError, r"message 0 field 'extra' has unsupported type list"),
     ([{"ok": "y"}, "not a row"], (ValueError, TypeError), r"."),
     ([5], (ValueError, TypeError), r"."),
     ([None], (ValueError, TypeError), r"."),
     ([{"ok": 1}] * 10_001, ValueError, r"at most 10000 rows"),
     ([{"completion": "é" * (1 << 20)}] * 2, ValueError, r"take \d+ bytes; log them in several calls"),
     ([{"completion": "\ud800"}], ValueError, r"surrogate"),
-], ids=["nested-dict", "list", "bytes", "object", "int-key", "str-row", "int-row", "none-row", "too-many",
+], ids=["nested-dict", "list", "bytes", "object", "int-key", "chat-not-maps", "chat-no-role", "call-no-name",
+        "call-args-int", "part-no-type", "content-int", "message-field-list", "str-row", "int-row", "none-row", "too-many",
         "too-big-in-utf8", "lone-surrogate"])
 def test_log_rollouts_rejects_bad_rows_and_logs_nothing(api_agent, api_run, rows, exc, why):
     api_run.log_rollouts(0, [{"prompt": "good", "reward": 1.0, "ok": True, "note": None}])

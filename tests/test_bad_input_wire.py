@@ -187,10 +187,12 @@ ROLLOUT = [1, 11, 1.0, [{"prompt": "p", "reward": 1.0}]]
     ([[0, 10, 1.0, {"": 1.0}]], {}, r"metric name must be 1 to 250 characters"),
     ([[0, 10, 1.0, {"lo\x1bss": 1.0}]], {}, r"metric name 'lo\\x1bss' contains control character U\+001B"),
     ([[0, 10, 1.0, {"x" * 251: 1.0}]], {}, r"metric name must be 1 to 250 characters, got 251"),
-    ([[1, 10, 1.0, [{"p": {"nested": 1}}]]], {}, r"rollout field 'p' has unsupported type dict"),
-    ([[1, 10, 1.0, ["row"]]], {}, r"a rollout row must be a dict, got str"),
-    ([[1, 10, 1.0, [{"p": b"x"}]]], {}, r"rollout field 'p' has unsupported type bytes"),
-    ([M1, [1, 11, 1.0, [{"p": [1]}]]], {}, r"rollout field 'p'"),
+    ([[1, 10, 1.0, [{"p": {"nested": 1}}]]], {}, r"rollout row 0 field 'p' has unsupported type dict"),
+    ([[1, 10, 1.0, ["row"]]], {}, r"rollout row 0 must be a dict, got str"),
+    ([[1, 10, 1.0, [{"p": b"x"}]]], {}, r"rollout row 0 field 'p' has unsupported type bytes"),
+    ([M1, [1, 11, 1.0, [{"p": [1]}]]], {}, r"rollout row 0 field 'p'"),
+    ([[1, 10, 1.0, [{"prompt": [{"role": "user", "content": {"deep": 1}}]}]]], {},
+     r"rollout row 0 field 'prompt' message 0 field 'content' must be text, null or a list of parts"),
 ])
 def test_wire_bad_batches_for_a_stored_run_get_err_and_store_nothing(wire, records, fields, why):
     proc, peer, _ = wire

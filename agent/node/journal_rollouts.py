@@ -126,10 +126,11 @@ class Rollouts:
         """One bounded slice of the search index's queue, in the caller's transaction; whether more waits."""
         return self.search.index_some(text_bytes)
 
-    def search_text(self, run: str, words: str, before: int | None = None,
-                        limit: int = 100) -> tuple[list[tuple[int, int, int, dict]], int | None]:
-        """Rows of ``run`` whose prompt or completion holds ``words``, newest first (see
-        ``RolloutSearch.search``); batches not indexed yet are not among them (``Store.index_due``)."""
+    def search_text(self, run: str, words: str, before: int | None = None, limit: int = 100,
+                    in_prompt: bool = False) -> tuple[list[tuple[int, int, int, dict]], int | None]:
+        """Rows of ``run`` whose prompt or completion (``in_prompt``: prompt) holds ``words``, newest
+        first (see ``RolloutSearch.search``); batches not indexed yet are not among them
+        (``Store.index_due``)."""
         if not self._has_run(run):
             raise LookupError(f"no run with id {run!r}")
-        return self.search.search((run,), words, before, limit)
+        return self.search.search((run,), words, before, limit, in_prompt)

@@ -95,7 +95,8 @@ class QueryDesk:
         id, row], ``next`` the ``before`` of the next page (None: no more), ``indexing`` whether
         batches still wait to be indexed (they are not searched yet).  A page stops at about
         ROLLOUT_PAGE_BYTES of rows, so a reply stays far below a reader's message limit."""
-        hits, more = self.store.rollouts.search_text(args["run"], args["search"], args["before"], args["limit"])
+        hits, more = self.store.rollouts.search_text(args["run"], args["search"], args["before"], args["limit"],
+                                                    args["in_prompt"])
         size = 0
         for i, (_, row, key, values) in enumerate(hits):
             size += len(pack(values))

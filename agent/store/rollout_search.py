@@ -22,19 +22,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from pilothouse.store.db import sqlite_utils
+from pilothouse.wire import chat
 from pilothouse.wire.messages import ProtocolError
 from pilothouse.wire.records import MAX_ROLLOUT_ROWS
 from pilothouse.wire.rollouts import MAX_SEARCH_HITS, fts_query, unpack_batch
 
 ROW_BITS = 14
 assert MAX_ROLLOUT_ROWS < 1 << ROW_BITS
-TEXTS = ("prompt", "completion")
 Hit = tuple[int, int, int, dict]  # (step, row in its batch, batch key, the row)
 
 
 def texts(row: dict) -> tuple[str, str]:
-    """What is indexed of a row, the same at insert and at delete: its prompt and completion text."""
-    return tuple(v if isinstance(v := row.get(k), str) else "" for k in TEXTS)  # type: ignore[return-value]
+    """What is indexed of a row, the same at insert and at delete: its prompt's text, and its
+    completion's with a whole trajectory's (``messages``): of a chat, every message's text, the tools
+    called with their arguments and the tool results (``chat.field_text``)."""
+    completion = chat.field_text(row.get("completion"))
+    trajectory = chat.field_text(row.get("messages"))
+    return chat.field_text(row.get("prompt")), f"{completion}\n{trajectory}" if trajectory else completion
 
 
 def _reward(row: dict) -> float | None:
@@ -131,11 +135,12 @@ class RolloutSearch:
         return [row for (body,) in bodies for row in unpack_batch(body)["rows"]]
 
     def search(self, scope: Sequence[Any], words: str, before: int | None = None,
-               limit: int = 100) -> tuple[list[Hit], int | None]:
-        """Rows of the run whose prompt or completion holds ``words`` (see ``fts_query``), newest first,
-        ``limit`` at most, below cursor ``before``; and the cursor of the next page (None: no more).
-        Only the hit batches' bodies are read.  ValueError for words that cannot be searched."""
-        query = fts_query(words)
+               limit: int = 100, in_prompt: bool = False) -> tuple[list[Hit], int | None]:
+        """Rows of the run whose prompt or completion (``in_prompt``: prompt) holds ``words`` (see
+        ``fts_query``), newest first, ``limit`` at most, below cursor ``before``; and the cursor of the
+        next page (None: no more).  Only the hit batches' bodies are read.  ValueError for words that
+        cannot be searched."""
+        query = f"prompt : ({fts_query(words)})" if in_prompt else fts_query(words)
         if not 1 <= limit <= MAX_SEARCH_HITS:
             raise ValueError(f"limit must be from 1 to {MAX_SEARCH_HITS}, got {limit}")
         low, high = self.db.execute(f"SELECT MIN(key), MAX(key) FROM rollout_batches WHERE {self._where}",

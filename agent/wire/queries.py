@@ -155,7 +155,7 @@ def _step_range(args: dict, sent: frozenset[str]) -> None:
         raise bad_argument("tiers", "x1", f"x1 must not be below x0, got {args['x0']:g}..{args['x1']:g}")
 
 
-_SEARCH = ("run", "search", "before", "limit")
+_SEARCH = ("run", "search", "before", "limit", "in_prompt")
 
 
 def _rollouts_form(args: dict, sent: frozenset[str]) -> None:
@@ -166,9 +166,10 @@ def _rollouts_form(args: dict, sent: frozenset[str]) -> None:
             raise QueryError("rollouts", other[0], f"a rollouts search takes {_listed(list(_SEARCH))}, "
                                                    f"not {', '.join(other)}")
         return
-    if "limit" in sent:
-        raise bad_argument("rollouts", "limit", "limit is for a search: a rollouts query without search pages "
-                                              "by before")
+    for arg in ("limit", "in_prompt"):
+        if arg in sent:
+            raise bad_argument("rollouts", arg, f"{arg} is for a search: a rollouts query without search pages "
+                                                "by before")
     if args["step"] is not None and "last" in sent:
         raise bad_argument("rollouts", "last", "ask for one step or for the last steps, not both")
     seen = args["seen"]
@@ -201,7 +202,8 @@ QUERIES: dict[str, Query] = {
     "rollouts": Query({"run": Arg(_text), "step": Arg(_maybe(_count()), None),
                        "last": Arg(_count(1, MAX_ROLLOUT_STEPS), 1), "before": Arg(_maybe(_count(1)), None),
                        "seen": Arg(_anything, []), "search": Arg(_maybe(_text), None),
-                       "limit": Arg(_count(1, MAX_SEARCH_HITS), 100)}, whole=_rollouts_form),
+                       "limit": Arg(_count(1, MAX_SEARCH_HITS), 100), "in_prompt": Arg(_flag, False)},
+                      whole=_rollouts_form),
     "key_metric": Query({"project": Arg(check_name)}),
     "key_metric_set": Query({"project": Arg(check_name),
                              "metric": Arg(_maybe(lambda v, _: check_name(v, "metric name")), None)}, writes=True),

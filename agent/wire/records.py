@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from pilothouse.wire.checks import INT64_MAX, SCALARS, check_name
+from pilothouse.wire import chat
+from pilothouse.wire.checks import INT64_MAX, check_name
 from pilothouse.wire.messages import ProtocolError
 
 # Records in the trainer's queue: (kind, names, payload).  Metrics: their key set and their
@@ -215,13 +216,17 @@ def _check_other(rec: Any) -> tuple[int, int, int, float, Any]:
 
 
 def check_rollouts(rows: Any) -> list[dict]:
-    """Rollout rows: a list of flat dicts of text and numbers (prompt, completion, reward, ...)."""
+    """Rollout rows: a list of maps of text and numbers (prompt, completion, reward, ...), where
+    ``prompt``, ``completion`` and ``messages`` may be chats (``pilothouse.wire.chat``)."""
     if not isinstance(rows, list) or len(rows) > MAX_ROLLOUT_ROWS:
         raise ProtocolError(f"rollouts must be a list of at most {MAX_ROLLOUT_ROWS} rows")
-    for row in rows:
+    for i, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise ProtocolError(f"a rollout row must be a dict, got {type(row).__name__}")
+            raise ProtocolError(f"rollout row {i} must be a dict, got {type(row).__name__}")
         for key, value in row.items():
-            if not isinstance(key, str) or not isinstance(value, SCALARS):
-                raise ProtocolError(f"rollout field {str(key)[:40]!r} has unsupported type {type(value).__name__}")
+            if not isinstance(key, str):
+                raise ProtocolError(f"rollout row {i} has a field name that is not text: {str(key)[:40]!r}")
+            problem = chat.check_field(key, value)
+            if problem is not None:
+                raise ProtocolError(f"rollout row {i} field {key[:40]!r} {problem}")
     return rows
