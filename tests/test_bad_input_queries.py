@@ -111,8 +111,10 @@ def test_a_bad_value_is_refused_naming_the_op_and_the_argument(wire, op):
     ("tiers", {**GOOD["tiers"], "x0": 10, "x1": 0}, r"argument 'x1': x1 must not be below x0, got 10..0"),
     ("rollouts", {"run": SEED, "step": 3, "last": 2}, r"argument 'last': ask for one step or for the last steps"),
     ("rollouts", {"run": SEED, "search": "x", "step": 1},
-     r"^a rollouts search takes run, search, before and limit, not step$"),
+     r"^a rollouts search takes run, search, before, limit and in_prompt, not step$"),
     ("rollouts", {"run": SEED, "limit": 3}, r"argument 'limit': limit is for a search"),
+    ("rollouts", {"run": SEED, "in_prompt": True}, r"argument 'in_prompt': in_prompt is for a search"),
+    ("rollouts", {"run": SEED, "search": "x", "in_prompt": "yes"}, r"argument 'in_prompt'"),
     ("gc", {}, r"^gc query, argument 'older_than': say which runs: older_than, max_size or both$"),
 ])
 def test_a_bad_query_gets_err_with_its_id(wire, op, args, why):
@@ -126,7 +128,7 @@ def test_the_table_fills_in_defaults_and_checks_a_missing_argument_as_none():
     """What an op gets: every argument it takes, those not sent at their defaults (checked values
     as the checks return them: a page asked past the bound is the bound)."""
     assert check_query("rollouts", {"run": "r"}) == {"run": "r", "step": None, "last": 1, "before": None, "seen": [],
-                                                     "search": None, "limit": 100}
+                                                     "search": None, "limit": 100, "in_prompt": False}
     assert check_query("read", {"after": 3, "limit_points": 10 ** 9})["limit_points"] == 200_000
     with pytest.raises(QueryError, match="project must be a string, not NoneType") as err:
         check_query("key_metric", {})
