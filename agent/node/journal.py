@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pilothouse.node.journal_commands import Commands
+from pilothouse.node.journal_keys import KeyMetrics
 from pilothouse.node.journal_rollouts import Rollouts
 from pilothouse.node.journal_schema import (
     COUNT_RUNS,
@@ -32,6 +33,7 @@ from pilothouse.node.journal_schema import (
     tier_table,
 )
 from pilothouse.node.journal_tiers import JournalTiers
+from pilothouse.node.rollout_series import DERIVED_RANK, Points, RolloutSeries
 from pilothouse.store.db import open_db
 from pilothouse.store.removal import delete_some
 from pilothouse.wire import packed_chunks
@@ -109,6 +111,7 @@ class Store:
         open_journal(self.db)
         self.rollout_search = rollout_search(self.db)
         self.commands = Commands(self.db)  # steering commands and their answers
+        self.key_metrics = KeyMetrics(self.db)  # each project's chosen headline metric
         self.rollouts = Rollouts(self.db, self.rollout_search, self.has_run)  # by step and by text
         self.tiers = JournalTiers(tier_table(self.db))  # every metric's min/max tiers, kept as entries commit
         self.journal_id = self._journal_id()
@@ -123,6 +126,7 @@ class Store:
         self._dirty_streams: set[Stream] = set()
         self._dirty_runs: dict[str, int] = {}
         self._undo: list[tuple[dict, Any, Any]] = []  # (mapping, key, old value) since the turn began
+        self.rollout_series = RolloutSeries(self.db, self._changed)  # the rollouts/* series, as steps close
 
     def _stored_head(self) -> int:
         """The last entry id used: a removed run's ids are never given again (readers hold cursors)."""
@@ -200,7 +204,7 @@ class Store:
         self._dirty_streams.clear()
         self._dirty_runs.clear()
         self._dirty_last.clear()
-        self._undo.clear()
+        self._undo_to(0)  # the memory of what the turn changed (open rollout steps too)
         self.head = self._stored_head()
         self.max_seq = self._load_streams()
         self.removing = self._load_removing()
@@ -230,7 +234,10 @@ class Store:
         self.db.execute("RELEASE message")
         self.head, self._dirty_streams, self._dirty_runs = mark.head, mark.dirty_streams, mark.dirty_runs
         del self._pending[mark.pending:]
-        while len(self._undo) > mark.undo:
+        self._undo_to(mark.undo)
+
+    def _undo_to(self, length: int) -> None:
+        while len(self._undo) > length:
             mapping, key, old = self._undo.pop()
             if old is _ABSENT:
                 mapping.pop(key, None)
@@ -310,7 +317,20 @@ class Store:
     def set_status(self, run_id: str, status: str, now: float, **why: Any) -> None:
         ended = now if status in ("finished", "crashed") else None
         self.db.execute("UPDATE runs SET status=?, ended=? WHERE id=?", [status, ended, run_id])
+        if ended is not None:  # the points of its last rollout steps, before the event that ends it
+            self._series_points(run_id, self.rollout_series.close_run(run_id))
         self.event(run_id, "status", {"status": status, **why})
+
+    def close_idle_series(self, now: float) -> list[Entry]:
+        """The rollouts/* points of steps no rollouts came for in a while (``RolloutSeries``)."""
+        return [e for run, points in self.rollout_series.close_idle(now).items() for e in self._series_points(run, points)]
+
+    def _series_points(self, run: str, points: list[Points]) -> list[Entry]:
+        last = self._run_last(run)
+        entries = [Entry(self._next_id(), *row) for p in points
+                   if (row := self._metric_row(run, DERIVED_RANK, *p, last)) is not None]
+        self._pending.extend(entries)
+        return entries
 
     def touch(self, run_id: str, now: float, dropped_records: int, dropped_points: int) -> None:
         self.db.execute("UPDATE runs SET last_seen=?, dropped_records=MAX(dropped_records, ?), "
@@ -327,7 +347,7 @@ class Store:
         most important ones (the reply stays small however many metrics a run logs) and ``key``, its
         headline metric (see ``key_metric``), decided here once so that no client decides it again."""
         counts = dict(self.db.execute("SELECT run, COUNT(*) FROM last_values GROUP BY run"))
-        chosen = self.key_choices()
+        chosen = self.key_metrics.choices()
         out = []
         for row in self.db.query(f"SELECT {', '.join(RUN_COLUMNS)}, config, schema, nodes FROM runs "
                                   "WHERE removing IS NULL ORDER BY created"):
@@ -384,27 +404,6 @@ class Store:
         return list(self.db.query("SELECT id, project, name, kind, host, pid, pid_started, status, created, "
                                   "last_seen, ended, points, bytes FROM runs WHERE removing IS NULL ORDER BY created"))
 
-    # --- key metrics: a project's headline, chosen by the user ----------------------------
-
-    def key_choices(self) -> dict[str, str]:
-        """project -> the metric chosen for it; a project not in it picks automatically."""
-        return dict(self.db.execute("SELECT project, metric FROM key_metrics"))
-
-    def set_key_choice(self, project: str, metric: str | None, now: float) -> None:
-        """Choose ``project``'s key metric, or with None go back to the automatic choice.  A project
-        with no runs yet may be set: its first runs then show the choice."""
-        if metric is None:
-            self.db.execute("DELETE FROM key_metrics WHERE project=?", [project])
-        else:
-            self.db.execute("INSERT OR REPLACE INTO key_metrics VALUES (?,?,?)", [project, metric, now])
-
-    def project_logging(self, project: str, metric: str) -> tuple[int, int]:
-        """(runs of ``project``, those of them that log ``metric``): tells a user a choice is a typo."""
-        runs, logging = self.db.execute(
-            "SELECT COUNT(*), COUNT(v.metric) FROM runs r LEFT JOIN last_values v ON v.run=r.id AND v.metric=? "
-            "WHERE r.project=? AND r.removing IS NULL", [metric, project]).fetchone()
-        return runs, logging
-
     def _last_values(self, run: str) -> dict[str, float]:
         """Bit-exact (SQLite would store a NaN as NULL): 8 bytes per value."""
         return {m: _F64.unpack(v)[0] for m, v in self.db.execute("SELECT metric, value FROM last_values WHERE run=?",
@@ -437,7 +436,7 @@ class Store:
         lost = max(0, floor - 1 - have) if seq > have + 1 else 0
         if seq > have + lost + 1:
             return IngestResult(have, expect=have + lost + 1)
-        rows, refused = self._entries(run, rank, batch, have + lost + 1 - seq)  # raises before any change
+        rows, refused = self._entries(run, rank, batch, have + lost + 1 - seq, now)  # raises before any change
         self.account_floor(key, floor)
         entries = [Entry(self._next_id(), *row) for row in rows]
         self._pending.extend(entries)
@@ -476,9 +475,10 @@ class Store:
         return check_batch(body.get("n"), body.get("keys"), body.get("metrics"), body.get("others"),
                            self._known_metrics)
 
-    def _entries(self, run: str, rank: int, batch: RecordBatch, skip: int) -> tuple[list[tuple], list[str]]:
-        """Journal rows without ids for the batch's records from offset ``skip`` on, and the new
-        metrics refused past the run's limit; touches no state but the in-memory last values."""
+    def _entries(self, run: str, rank: int, batch: RecordBatch, skip: int, now: float) -> tuple[list[tuple], list[str]]:
+        """Journal rows without ids for the batch's records from offset ``skip`` on (with the rollouts/*
+        points of the rollout steps they close), and the new metrics refused past the run's limit;
+        touches no state but memory the journal undoes (last values, open rollout steps)."""
         columns: list[Column] = batch.columns(skip)
         rollouts = []
         notes = []
@@ -491,27 +491,42 @@ class Store:
                                    "detail": f"checkpoint saved at step {step}: {payload}"}))
         entries: list[tuple] = []
         refused: list[str] = []
-        last = self.summaries.get(run)
-        if last is None:
-            self._changed(self.summaries, run)
-            last = self.summaries[run] = self._last_values(run)
+        last = self._run_last(run)
         for col in columns:
-            if col.metric not in last and len(last) >= MAX_METRICS_PER_RUN:
+            row = self._metric_row(run, rank, col.metric, col.steps, col.vals, col.times, last)
+            if row is None:
                 refused.append(col.metric)
                 continue
-            entries.append((run, KIND_METRIC, col.metric, rank, len(col.steps),
-                            col.steps.tobytes(), col.vals.tobytes(), col.times.tobytes(), None))
-            self._changed(last, col.metric)
-            last[col.metric] = float(col.vals[-1])
-            self._changed(self._dirty_last, (run, col.metric))
-            self._dirty_last[run, col.metric] = True
+            entries.append(row)
+            self.rollout_series.logged_by_run(run, col.metric)
         for step, wall_time, rows in rollouts:
             entries.append((run, KIND_ROLLOUTS, None, rank, len(rows), None, None, None,
                             pack_batch(step, wall_time, rows)))
+            entries.extend(row for p in self.rollout_series.add(run, step, wall_time, rows, now)
+                           if (row := self._metric_row(run, DERIVED_RANK, *p, last)) is not None)
         entries.extend((run, KIND_EVENT, None, rank, 0, None, None, None, body) for body in notes)
         if columns or rollouts:
             self.note_step(run, max([int(c.steps[-1]) for c in columns] + [r[0] for r in rollouts[-1:]]))
         return entries, refused
+
+    def _run_last(self, run: str) -> dict[str, float]:
+        last = self.summaries.get(run)
+        if last is None:
+            self._changed(self.summaries, run)
+            last = self.summaries[run] = self._last_values(run)
+        return last
+
+    def _metric_row(self, run: str, rank: int, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
+                    last: dict[str, float]) -> tuple | None:
+        """A metric chunk's journal row without its id, its last value noted; None for a new metric
+        past the run's MAX_METRICS_PER_RUN."""
+        if metric not in last and len(last) >= MAX_METRICS_PER_RUN:
+            return None
+        self._changed(last, metric)
+        last[metric] = float(vals[-1])
+        self._changed(self._dirty_last, (run, metric))
+        self._dirty_last[run, metric] = True
+        return run, KIND_METRIC, metric, rank, len(steps), steps.tobytes(), vals.tobytes(), times.tobytes(), None
 
     def event(self, run: str, name: str, data: dict) -> Entry:
         entry = Entry(self._next_id(), run, KIND_EVENT, None, 0, 0, None, None, None,

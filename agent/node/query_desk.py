@@ -53,14 +53,14 @@ class QueryDesk:
     def op_key_metric(self, args: dict) -> dict:
         """A project's chosen key metric (None: automatic) and how many of its runs log it."""
         project = args["project"]
-        metric = self.store.key_choices().get(project)
-        runs, logging = self.store.project_logging(project, metric or "")  # "": no metric is named that
+        metric = self.store.key_metrics.choices().get(project)
+        runs, logging = self.store.key_metrics.project_logging(project, metric or "")  # "": no metric is named that
         return {"project": project, "metric": metric, "runs": runs, "logging": logging}
 
     def op_key_metric_set(self, args: dict) -> dict:
         """Choose a project's key metric for every client of this agent; ``metric`` None clears it.
         Its name was checked as a trainer's is: what is stored is a name a run could log."""
-        self.store.set_key_choice(args["project"], args["metric"], time.time())
+        self.store.key_metrics.choose(args["project"], args["metric"], time.time())
         return self.op_key_metric({"project": args["project"]})
 
     def op_tiers(self, args: dict) -> dict:

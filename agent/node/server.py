@@ -197,6 +197,7 @@ class Agent:
                     self._timer(self._truncate_wal)
                     self._timer(self._check_liveness)
                     self._timer(self._alert_timer)
+                    self._timer(self._close_idle_series)
                     next_check = now + 1.0
                 if self.retention.pending():  # one bounded batch between turns: ingest never waits for long
                     self._timer(self._remove_some)
@@ -295,6 +296,11 @@ class Agent:
             run = self.store.build_tiers_some()
         if run is not None:
             log.info("tiers of run %s built", run)
+
+    def _close_idle_series(self) -> None:
+        if self.store.rollout_series.idle(time.time()):  # the rollouts/* points of steps whose rollouts stopped
+            with self._writing():
+                self.alerts.on_entries(self.store.close_idle_series(time.time()))
 
     def _index_some(self) -> None:
         try:
