@@ -35,6 +35,21 @@ from pilothouse.store.tiers import levels
 NAN_PAYLOAD = struct.unpack("<d", struct.pack("<Q", 0x7FF8DEAD0000BEEF))[0]
 SPECIAL = [1.5, NAN_PAYLOAD, -0.0, math.inf, -math.inf, 5e-324, 1e308]
 NAME = "odd / ünï run"
+# the run's 14 points and the agent's rollouts/* series of its chats: 11 (no zero_std_frac: a prompt is
+# sampled once) at each step
+POINTS = 14 + 11 * len(SPECIAL)
+
+
+def chat_prompt(step: int) -> list[dict]:
+    return [{"role": "system", "content": "use tools"}, {"role": "user", "content": f"p{step} ✓"}]
+
+
+def chat_completion(step: int) -> list[dict]:
+    """A tool-calling trajectory: a call with JSON arguments, its result, the answer in a content part."""
+    call = {"id": f"call{step}", "type": "function", "function": {"name": "search", "arguments": {"q": step, "x": None}}}
+    return [{"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call{step}", "name": "search", "content": "c" * step},
+            {"role": "assistant", "content": [{"type": "text", "text": f"answer {step}"}]}]
 
 
 def log_run(url: str, steer: bool = False) -> str:
@@ -42,7 +57,7 @@ def log_run(url: str, steer: bool = False) -> str:
     run = ph.init(project="arch", name=NAME, agent=url, config={"lr": 0.1, "tags": ["a", 1], "nested": {"x": -0.0}})
     for step, value in enumerate(SPECIAL):
         run.log({"loss": value, "reward/mean": step * 0.25}, step=step)
-        run.log_rollouts(step, [{"prompt": f"p{step} ✓", "completion": "c" * step, "reward": float(step)}])
+        run.log_rollouts(step, [{"prompt": chat_prompt(step), "completion": chat_completion(step), "reward": float(step)}])
     run.checkpoint_saved("/tmp/ckpt-3", 3)
     if steer:
         done = threading.Event()
@@ -85,14 +100,14 @@ def test_a_run_archived_and_imported_comes_back_whole(agent_proc, tmp_path):
     out = tmp_path / "run ü.parquet"
     done = run_cli("archive", NAME, "-o", str(out), "--agent", agent_proc.url)
     assert done.returncode == 0, done.stderr
-    assert f"archived run {run}: 14 points" in done.stderr
+    assert f"archived run {run}: {POINTS} points" in done.stderr
 
     table = pq.read_table(out)  # the file, read as any parquet reader would
     meta = json.loads(pq.ParquetFile(out).metadata.metadata[META_KEY])
     assert meta["format"] == 1 and meta["run"]["id"] == run and meta["run"]["config"]["lr"] == 0.05
     assert meta["run"]["status"] == "finished" and meta["run"]["name"] == NAME
     kinds = table.column("kind").to_pylist()
-    assert kinds.count("m") == 14 and kinds.count("r") == len(SPECIAL) and kinds.count("e") == meta["events"] >= 4
+    assert kinds.count("m") == POINTS and kinds.count("r") == len(SPECIAL) and kinds.count("e") == meta["events"] >= 4
     losses = table.filter(pa.compute.equal(table.column("metric").cast(pa.string()), "loss"))
     assert bits(losses.column("value").to_numpy()) == bits(SPECIAL)
 
@@ -111,8 +126,9 @@ def test_a_run_archived_and_imported_comes_back_whole(agent_proc, tmp_path):
             assert same_buckets(got, dict(levels(*points))[0])
         imported = after["events"].pop()
         assert after == before  # every point bit-exact, config (as steered), status, rollouts, events, search
-        assert [h["rollout"]["prompt"] for h in after["found"]] == ["p3 ✓"]
-        assert imported["event"] == "imported" and imported["points"] == 14 and imported["who"]["via"] == "loopback"
+        assert [h["rollout"]["prompt"] for h in after["found"]] == [chat_prompt(3)]
+        assert after["rollouts"][3]["rows"][0]["completion"] == chat_completion(3)  # a chat comes back whole
+        assert imported["event"] == "imported" and imported["points"] == POINTS and imported["who"]["via"] == "loopback"
         assert "imported from run ü.parquet by" in run_cli("events", run, "--agent", second.url).stdout
 
         again = run_cli("import", str(out), "--agent", second.url)
