@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import pytest
 from support.processes import finish
 from support.waiting import wait_until
 
@@ -39,6 +41,12 @@ def test_the_reward_rises(tmp_path, agent_proc):
     first, last = reward[:20].mean(), reward[-20:].mean()
     assert last > first + 0.15, (first, last)
     assert len(rollouts) == 15  # every 10 steps
+    with agent_proc.client() as client:  # whole groups logged: the agent's series are of their rewards
+        batches = client.rollouts(run_id, last=15)
+        steps, means, _ = client.series(run_id, "rollouts/reward/mean")
+    assert steps.tolist() == list(range(0, 150, 10))
+    assert means.tolist() == pytest.approx([np.mean([r["reward"] for r in b["rows"]]) for b in batches])
+    assert all(len({r["prompt"] for r in b["rows"]}) == 4 and len(b["rows"]) % 4 == 0 for b in batches)
 
 
 def test_pause_set_and_checkpoint_reach_the_trainer(tmp_path, agent_proc):

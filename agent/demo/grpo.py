@@ -175,8 +175,10 @@ def main(argv: list[str] | None = None) -> None:
                  "temperature": temperature, "tokens_per_s": tokens.item() / elapsed, "step_time": elapsed},
                 step=step)
         if step % 10 == 0:
-            run.log_rollouts(step, [{"prompt": texts[i], "completion": answers[i * group],
-                                     "reward": rewards[i * group].item()} for i in range(4)])
+            # whole GRPO groups of four prompts: the app's group view, and the agent's rollouts/* series
+            run.log_rollouts(step, [{"prompt": texts[i], "completion": answers[k], "reward": rewards[k].item(),
+                                     "advantage": advantages[k].item()}
+                                    for i in range(4) for k in range(i * group, (i + 1) * group)])
     run.finish()
 
 
