@@ -15,24 +15,15 @@ import time
 
 import pytest
 from support.messages import batch_fields
-from support.processes import AgentProcess, finish, start_trainer
-from support.processes import run_cli as cli
+from support.processes import AgentProcess
+from support.rollout_runs import headers, rollouts, run_trainer, same
+from support.rollout_runs import json_lines as json_steps
 from support.sockets import free_port
 
 from pilothouse.client import AgentError
 from pilothouse.node.journal import Store
 from pilothouse.wire.entries import entry_body
 from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS, ROLLOUT_PAGE_BYTES, pack_batch
-
-TRAINER = """
-import json
-run = ph.init(project="rl", name=ARGS[0], id=ARGS[0], agent=URL)
-for step, batches in json.load(open(ARGS[1])):
-    for rows in batches:
-        run.log_rollouts(step, rows)
-    run.log({"loss": 1.0 / (step + 1)}, step=step)
-assert run.finish(timeout=60)
-"""
 
 
 def trl_rows(step: int, n: int, first: int = 0) -> list[dict]:
@@ -58,16 +49,6 @@ def logged(step: int) -> list[dict]:
     return [row for s, batches in PLAN if s == step for rows in batches for row in rows]
 
 
-def same(a: object, b: object) -> bool:
-    """Equal, with NaN equal to NaN and -0.0 told from 0.0: the values exactly as logged."""
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
-def run_trainer(tmp_path, url: str, name: str, plan: list) -> None:
-    (tmp_path / f"{name}.json").write_text(json.dumps(plan))
-    finish(start_trainer(tmp_path, TRAINER, url, name, str(tmp_path / f"{name}.json"), name=name), timeout=120)
-
-
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory):
     """One agent with run "grpo" (PLAN), run "hostile" and run "quiet" (metrics, no rollouts)."""
@@ -80,18 +61,6 @@ def agent(tmp_path_factory):
     run_trainer(tmp, proc.url, "quiet", [(1, [])])
     yield proc
     proc.stop()
-
-
-def rollouts(agent: AgentProcess, *args: str, env: dict | None = None):
-    return cli("rollouts", *args, "--agent", agent.url, env=env)
-
-
-def json_steps(out: str) -> list[dict]:
-    return [json.loads(line) for line in out.splitlines()]
-
-
-def headers(out: str) -> list[str]:
-    return [line for line in out.splitlines() if line.startswith("== ")]
 
 
 # --- what it shows -------------------------------------------------------------------------------

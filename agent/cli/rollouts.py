@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import sys
 from collections.abc import Callable
-from typing import Any
 
-from pilothouse.cli.common import Reader, client_for
+from pilothouse.cli.common import EXIT_USAGE, Reader, client_for
+from pilothouse.cli.transcript import NUMBERS, clip, field_lines, gist, number, row_lines
 from pilothouse.text import fmt_value, printable, step_arg
+from pilothouse.wire.rollout_groups import Group, groups
 from pilothouse.wire.rollouts import MAX_ROLLOUT_STEPS, fts_query
 
-TEXT_ROWS = 20  # rows per step in the text view unless --limit says otherwise
+TEXT_ROWS = 20  # rows per step in the text view unless --limit says otherwise; groups per step with --groups
 SEARCH_ROWS = 1000  # rows a search with --json prints unless --limit says otherwise
-TEXT_LINES = 3  # lines shown of a prompt or a completion
 MAX_LIMIT = 1_000_000
-TEXTS = ("prompt", "completion")
-NUMBERS = ("reward", "advantage")  # first on a row's line of numbers, then rewards/*, then the rest
 
 
 def add_parser(reader: Reader) -> None:
@@ -32,15 +29,25 @@ def add_parser(reader: Reader) -> None:
                        help=f"the last N steps with rollouts (N at most {MAX_ROLLOUT_STEPS})")
     which.add_argument("--search", type=_words, metavar="WORDS",
                        help='rows of every step whose prompt or completion holds each word, newest first '
-                            '("a phrase" in quotes, word* a prefix; case and accents do not matter)')
+                            '("a phrase" in quotes, word* a prefix; case and accents do not matter); of a '
+                            'chat, any message, tool call (name and arguments) or tool result')
+    which.add_argument("--prompt", type=_words, metavar="WORDS",
+                       help="as --search, in the rows' prompts only: what the model did with one task over training")
+    r.add_argument("--groups", action="store_true",
+                   help="a step's GRPO groups (rows of one prompt, or of one 'group' field): size, reward mean "
+                        "and std, groups whose rewards are all equal marked (they give GRPO no signal), each row "
+                        "with its reward and advantage; with --step or --last; --limit counts groups, --sort "
+                        "orders the rows in each group (groups stay in the order they were logged)")
     r.add_argument("--limit", type=_count("--limit", MAX_LIMIT), metavar="K",
-                   help=f"rows per step (default: all with --json, else {TEXT_ROWS}); with --search, rows "
-                        f"found (default {SEARCH_ROWS} with --json, else {TEXT_ROWS})")
+                   help=f"rows per step (default: all with --json, else {TEXT_ROWS}); with --search or --prompt, "
+                        f"rows found (default {SEARCH_ROWS} with --json, else {TEXT_ROWS}); with --groups, "
+                        f"groups per step (default: all with --json, else {TEXT_ROWS})")
     r.add_argument("--sort", type=_sort_key, metavar="KEY",
                    help="order rows by reward, advantage or rewards/NAME, highest first with a leading '-' "
                         "(rows without a number there come last); default: as logged")
     r.add_argument("--json", action="store_true",
-                   help="one JSON object per step, every row in full (a NaN reward as NaN, as Python writes it)")
+                   help="one JSON object per step (per row found by --search or --prompt), every row exactly as "
+                        "logged, chats as lists of messages (a NaN reward as NaN, as Python writes it)")
 
 
 def join_sort(argv: list[str]) -> list[str]:
@@ -85,45 +92,57 @@ def _sort_key(text: str) -> str:
 
 
 def cmd_rollouts(args: argparse.Namespace) -> int:
-    if args.search is not None:
+    if args.groups and (args.search is not None or args.prompt is not None):
+        print("pilothouse rollouts: --groups shows a step's groups: use it with --step or --last, not a search",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.search is not None or args.prompt is not None:
         return _search(args)
     with client_for(args) as client:
         run = client.resolve(args.run)
         batches = client.rollouts(run, step=args.step, last=args.last or 1)
     if args.sort:  # checked against every row before anything is printed
         field = args.sort.removeprefix("-")
-        if not any(_number(row.get(field)) is not None for b in batches for row in b["rows"]):
-            fields = sorted({k for b in batches for row in b["rows"] for k, v in row.items() if _number(v) is not None})
+        if not any(number(row.get(field)) is not None for b in batches for row in b["rows"]):
+            fields = sorted({k for b in batches for row in b["rows"] for k, v in row.items() if number(v) is not None})
             print(printable(f"pilothouse: no rollout row of run {run} has a number {field!r} to sort by; "
-                        f"numbers there: {', '.join(fields) or 'none'}"), file=sys.stderr)
+                            f"numbers there: {', '.join(fields) or 'none'}"), file=sys.stderr)
             return 1
+    show = _groups_view if args.groups else _rows_view
     for i, batch in enumerate(batches):
-        rows = _sorted(batch["rows"], args.sort)
-        if args.json:
-            shown = rows if args.limit is None else rows[:args.limit]
-            print(json.dumps({"run": run, "step": batch["step"], "time": batch["time"], "rows": shown}))
-        else:
-            print("\n".join(([""] if i else []) + _text_view(run, batch["step"], rows, args.limit)))
+        lines = show(run, batch, args)
+        print("\n".join(([""] if i and not args.json else []) + lines))
     return 0
 
 
+def _rows_view(run: str, batch: dict, args: argparse.Namespace) -> list[str]:
+    rows = _sorted(batch["rows"], args.sort)
+    if args.json:
+        shown = rows if args.limit is None else rows[:args.limit]
+        return [json.dumps({"run": run, "step": batch["step"], "time": batch["time"], "rows": shown})]
+    return _text_view(run, batch["step"], rows, args.limit)
+
+
 def _search(args: argparse.Namespace) -> int:
-    """The rows holding the words, newest first (``--sort`` reorders those found)."""
+    """The rows holding the words (in their prompts with --prompt), newest first (``--sort`` reorders
+    those found)."""
+    words, in_prompt = (args.prompt, True) if args.prompt is not None else (args.search, False)
     limit = args.limit or (SEARCH_ROWS if args.json else TEXT_ROWS)
     with client_for(args) as client:
         run = client.resolve(args.run)
-        hits, indexing = client.search_rollouts(run, args.search, limit=limit)
+        hits, indexing = client.search_rollouts(run, words, limit=limit, in_prompt=in_prompt)
     order = {id(row): i for i, row in enumerate(_sorted([h["rollout"] for h in hits], args.sort))}
     hits.sort(key=lambda h: order[id(h["rollout"])])
     if args.json:
         for hit in hits:
             print(json.dumps({"run": run, **hit}))
     else:
-        width = max(40, shutil.get_terminal_size((100, 24)).columns)
+        width = _width()
         found = f"{len(hits)} row{'s' * (len(hits) != 1)}" + (" (the newest: use --limit)" * (len(hits) == limit))
-        lines = [printable(f"== run {run}: {found} holding {args.search!r}")]
+        where = "whose prompt holds" if in_prompt else "holding"
+        lines = [printable(f"== run {run}: {found} {where} {words!r}")]
         for hit in hits:
-            lines.extend(_row_lines(f"step {hit['step']} row {hit['row']}", hit["rollout"], width))
+            lines.extend(row_lines(f"step {hit['step']} row {hit['row']}", hit["rollout"], width))
         print("\n".join(lines))
     if indexing:
         print("pilothouse: the agent is still indexing rollouts; the latest may be missing from this search",
@@ -131,68 +150,87 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _number(value: Any) -> float | None:
-    """A row's value as a number to sort or average by; None for text, booleans, None and NaN."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return None
-    return float(value)
-
-
 def _sorted(rows: list[dict], key: str | None) -> list[dict]:
     if not key:
         return rows
     field, high_first = key.removeprefix("-"), key.startswith("-")
-    numbered = [(v, row) for row in rows if (v := _number(row.get(field))) is not None]
-    rest = [row for row in rows if _number(row.get(field)) is None]
+    numbered = [(v, row) for row in rows if (v := number(row.get(field))) is not None]
+    rest = [row for row in rows if number(row.get(field)) is None]
     numbered.sort(key=lambda pair: -pair[0] if high_first else pair[0])  # stable: ties stay as logged
     return [row for _, row in numbered] + rest
 
 
+def _width() -> int:
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
 def _text_view(run: str, step: int, rows: list[dict], limit: int | None) -> list[str]:
     """A step's header, then a block per row; every string from the run goes through printable()."""
-    width = max(40, shutil.get_terminal_size((100, 24)).columns)
-    rewards = [r for r in (_number(row.get("reward")) for row in rows) if r is not None]
+    width = _width()
+    rewards = [r for r in (number(row.get("reward")) for row in rows) if r is not None]
     mean = f", mean reward {fmt_value(sum(rewards) / len(rewards))}" if rewards else ""
     lines = [printable(f"== run {run} step {step}: {len(rows)} row{'s' * (len(rows) != 1)}{mean}")]
     shown = rows[:limit or TEXT_ROWS]
     for i, row in enumerate(shown, 1):
-        lines.extend(_row_lines(str(i), row, width))
+        lines.extend(row_lines(str(i), row, width))
     if len(rows) > len(shown):
         lines.append(f"… {len(rows) - len(shown)} more rows (use --limit)")
     return lines
 
 
-def _row_lines(label: str, row: dict, width: int) -> list[str]:
-    """A row's numbers on one line after ``[label]``, then a block per text field."""
-    numbers = "  ".join(f"{k[:60]}={_value(row[k])}" for k in _numbers(row))
-    lines = [_clip(printable(f"[{label}] {numbers}"), width)]
-    for key in [*TEXTS, *(k for k, v in row.items() if isinstance(v, str) and k not in TEXTS)]:
-        if key in row:
-            lines.extend(_block(key, row[key], width))
+# --- --groups ---------------------------------------------------------------------------------------
+
+def _groups_view(run: str, batch: dict, args: argparse.Namespace) -> list[str]:
+    """A step's groups as GRPO formed them; JSON keeps each row whole, with its place in the step."""
+    rows = batch["rows"]
+    found = groups(rows)
+    shown = found[:args.limit or (len(found) if args.json else TEXT_ROWS)]
+    if args.json:
+        return [json.dumps({"run": run, "step": batch["step"], "time": batch["time"],
+                            "groups": [_group_json(g, rows, args.sort) for g in shown]})]
+    equal = sum(g.all_equal for g in found)
+    lines = [printable(f"== run {run} step {batch['step']}: {len(rows)} row{'s' * (len(rows) != 1)} in "
+                       f"{len(found)} group{'s' * (len(found) != 1)}, {equal} with all rewards equal "
+                       f"(no GRPO signal)")]
+    width = _width()
+    for n, group in enumerate(shown, 1):
+        lines.extend(_group_lines(n, group, rows, args.sort, width))
+    if len(found) > len(shown):
+        lines.append(f"… {len(found) - len(shown)} more groups (use --limit)")
     return lines
 
 
-def _numbers(row: dict) -> list[str]:
-    keys = [k for k, v in row.items() if not isinstance(v, str)]
-    return sorted(keys, key=lambda k: (NUMBERS.index(k) if k in NUMBERS else 2 + (not k.startswith("rewards/"))))
+def _members(group: Group, rows: list[dict], key: str | None) -> list[tuple[int, dict]]:
+    """(place in the step, row) of a group's rows, ordered by ``--sort``."""
+    members = [(i, rows[i]) for i in group.rows]
+    order = {id(row): k for k, row in enumerate(_sorted([row for _, row in members], key))}
+    return sorted(members, key=lambda m: order[id(m[1])])
 
 
-def _value(value: Any) -> str:
-    return fmt_value(value) if isinstance(value, float) else str(value)
+def _group_json(group: Group, rows: list[dict], key: str | None) -> dict:
+    first = rows[group.rows[0]]
+    return {"prompt": first.get("prompt"), **({"group": first["group"]} if first.get("group") is not None else {}),
+            "size": group.size, "mean": group.mean, "std": group.std, "all_equal": group.all_equal,
+            "rows": [{"row": i, "reward": number(row.get("reward")), "advantage": group.advantage(row), "rollout": row}
+                     for i, row in _members(group, rows, key)]}
 
 
-def _block(key: str, text: str, width: int) -> list[str]:
-    """A text field: its first TEXT_LINES lines, each cut to the terminal's width, with an ellipsis
-    where anything was left out."""
-    label = printable(key)[:12].ljust(12) + " "
-    lines = text.splitlines() or [""]
-    out = [_clip(" " * 4 + (label if i == 0 else " " * len(label)) + printable(line[:width].expandtabs(4)), width)
-           for i, line in enumerate(lines[:TEXT_LINES])]
-    if len(lines) > TEXT_LINES:
-        tail = f" … (+{len(lines) - TEXT_LINES} more lines)"
-        out[-1] = _clip(out[-1], width - len(tail)) + tail
-    return out
+def _group_lines(n: int, group: Group, rows: list[dict], key: str | None, width: int) -> list[str]:
+    """A group's header, its prompt (once: every row has it), then a line per row: its place in the
+    step, reward, advantage and the completion's gist."""
+    first = rows[group.rows[0]]
+    stats = "no rewards" if group.mean is None else f"reward mean {fmt_value(group.mean)} std {fmt_value(group.std)}"
+    named = f" (group {first['group']})" if first.get("group") is not None else ""
+    flat = "  ALL EQUAL: no GRPO signal" if group.all_equal else ""
+    lines = [clip(printable(f"-- group {n}{named}: {group.size} row{'s' * (group.size != 1)}, {stats}{flat}"), width)]
+    if first.get("prompt") is not None:
+        lines.extend(field_lines("prompt", first["prompt"], width))
+    for i, row in _members(group, rows, key):
+        answer = row.get("completion") if row.get("completion") is not None else row.get("messages")
+        lines.append(clip(f"    [row {i}] reward={_number_text(row.get('reward'))}  "
+                          f"advantage={_number_text(group.advantage(row))}  {gist(answer)}", width))
+    return lines
 
 
-def _clip(line: str, width: int) -> str:
-    return line if len(line) <= width else line[:max(0, width - 1)] + "…"
+def _number_text(value: object) -> str:
+    return fmt_value(value) if isinstance(value, float) else printable(value) if value is not None else "-"
