@@ -5,7 +5,11 @@ Each chart is a metric; each curve a run's (its superseded points a faint curve 
 grouped (by a config key or a name pattern), a group's mean with a min/max band
 (``pilothouse.gui.groups``).  A curve's points come from memory (``lod.Series``), or, for a long
 metric, the store's tiers (``pilothouse.gui.curve_sources``), or, for a run the store lacks most of,
-its agent's tiers (``remote_tiers.RemoteSeries``): all ``curves.CurveSource``.
+its agent's tiers (``remote_tiers.RemoteSeries``): all ``curves.CurveSource``.  A run's reward quantiles share one
+chart, drawn as bands (``pilothouse.gui.distribution``).
+
+Marks: alerts, resumes, and the commands each run applied (``pilothouse.gui.steering_marks``), read
+from the store's events with the history and from live events after it.
 
 Selecting runs loads their history from the store; live entries then append.  Both are read against
 one cursor per agent (taken in the same read snapshot as the history), so a point is never drawn
@@ -21,6 +25,7 @@ import numpy as np
 
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, Entry, entry_body, entry_points
 
+from . import distribution
 from .alerts import Marker
 from .attempts import Timeline, member_lists, read_points, timeline_of
 from .chart_layout import constant_value, varies
@@ -32,6 +37,7 @@ from .lod import Series
 from .models import RunKey, config_diff, run_labels
 from .palette import RunColors
 from .remote_tiers import RemoteSeries, RemoteTiers
+from .steering_marks import Steer, SteeringLog, steers_of
 from .stored_series import STORED_POINTS, StoredGroup
 
 PINNED = "pinned_charts"  # the store's setting: pinned metric names, in pin order
@@ -46,12 +52,14 @@ _NO_POINTS = (np.empty(0, np.int64), np.empty(0), np.empty(0))
 @dataclass
 class Change:
     """What live entries changed, for the view: the charts are to be rebuilt (``reload``), or these
-    curves are new (a new metric's chart first), these charts got points, the grid must change."""
+    curves are new (a new metric's chart first), these charts got points, the grid or the marks must
+    change."""
 
     reload: bool = False
     added: list[tuple[str, Curve]] = field(default_factory=list)  # (metric, curve), in order
     grew: set[str] = field(default_factory=set)
     relayout: bool = False
+    marks: bool = False  # a run applied a command: the charts' marks change
 
 
 @dataclass
@@ -82,6 +90,7 @@ class ChartsModel:
         self.varying: set[str] = set()  # charts that can never be constant again (until rebuilt)
         self.pinned: list[str] | None = None  # read from the store on the first show_runs
         self.alert_markers: dict[RunKey, list[Marker]] = {}
+        self.show_steering = True  # the applied commands marked on the charts (a toggle of the view)
         self.group_by: str | None = None  # "config:<key>" or "name:<regex>"
         self.group_keys: list[str] = []  # the config keys that tell the charted runs apart
         self.group_note = ""  # why the runs are not grouped (a bad pattern)
@@ -101,6 +110,7 @@ class ChartsModel:
         self._seen: dict[str, int] = {}  # agent url -> journal id up to which history was loaded
         self._tier_groups: dict[tuple[str, str], StoredGroup] = {}  # grouped: long metrics read from the tiers
         self._tiered: dict[tuple[RunKey, str], _Tiered] = {}  # (run, metric) read from tiers
+        self._steering: dict[RunKey, SteeringLog] = {}  # each (agent, id) of a charted run -> its applied commands
         self._change = Change()
 
     def show_runs(self, keys: list[RunKey], store: LocalStore) -> None:
@@ -128,6 +138,7 @@ class ChartsModel:
             self._member_of = {m: key for key in keys for m in group_of.get(key, [key])}
             for agent in {a for a, _ in self._member_of}:
                 self._seen[agent] = store.cursor(agent)
+            self._steering = {m: steers_of(store.events(*m)) for m in self._member_of}  # up to the same cursor
             for key in keys:
                 self._load(key, group_of.get(key, [key]), runs, store)
         self._change = Change()
@@ -242,6 +253,8 @@ class ChartsModel:
                 body = entry_body(e)
                 if isinstance(body, dict) and body.get("event") == "resumed":
                     return self._reloaded()
+                log = self._steering.get((agent, e.run))
+                self._change.marks |= log is not None and log.add(body) is not None
                 continue
             tiered = self._tiered.get((key, e.metric))
             if tiered is not None:
@@ -249,8 +262,9 @@ class ChartsModel:
                     return self._reloaded()  # an attempt's first points of this metric: its tiers join the curve
                 for source in tiered.sources:
                     source.grew()
-                self._change.grew.add(e.metric)
-                self._change.relayout |= self.check_constant(e.metric)
+                chart = self._chart_of(e.metric)
+                self._change.grew.add(chart)
+                self._change.relayout |= self.check_constant(chart)
                 continue
             steps, vals, times = entry_points(e)
             self.decoded += 1
@@ -268,6 +282,11 @@ class ChartsModel:
     def _latest(self, key: RunKey, member: RunKey) -> int:
         """The number of a member's latest attempt (whose live points these are)."""
         return max((a.number for a in self.timelines[key].attempts if a.member == member), default=0)
+
+    def _chart_of(self, metric: str) -> str:
+        """The chart a metric's curves are on: its own, or for a reward quantile of ungrouped runs the
+        distribution chart (grouped, a quantile's group mean is a line chart like any metric's)."""
+        return distribution.CHART if not self.groups and distribution.part_of(metric) else metric
 
     def _chart(self, metric: str) -> None:
         """The metric's chart, made if new; a group of it drawn from its runs' tiers gets its curve with it."""
@@ -291,21 +310,23 @@ class ChartsModel:
 
     def _run_curve(self, key: RunKey, metric: str, faint: bool, source: CurveSource | None = None) -> Curve:
         """The run's curve of a metric (its superseded points' with ``faint``), made if new: drawn from
-        ``source``, or held in memory."""
-        self._chart(metric)
-        name = key[1] + (OLD if faint else "")
-        curve = self.curves[metric].get(name)
+        ``source``, or held in memory.  A reward quantile's is on the distribution chart, named for both."""
+        chart = self._chart_of(metric)
+        self._chart(chart)
+        name = distribution.curve_name(key[1] + (OLD if faint else ""),
+                                       distribution.part_of(metric) if chart != metric else None)
+        curve = self.curves[chart].get(name)
         if curve is None:
             label = self.labels.get(key, key[1]) + (" (superseded)" if faint else "")
             source = Series() if source is None else source
-            curve = self._add(metric, Curve(name, key, label, self.slots[key], source, faint))
+            curve = self._add(chart, Curve(name, key, label, self.slots[key], source, faint))
         return curve
 
     def _add_tiered(self, key: RunKey, metric: str, source: TieredSource, faint: bool = False) -> None:
         """A run's curve read from tiers; its live chunks only tell it that the store grew."""
         self._run_curve(key, metric, faint, source)
         self._tiered.setdefault((key, metric), _Tiered([])).sources.append(source)
-        self._change.relayout |= self.check_constant(metric)
+        self._change.relayout |= self.check_constant(self._chart_of(metric))
 
     def _append_split(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray, times: np.ndarray,
                       old: np.ndarray) -> None:
@@ -326,8 +347,9 @@ class ChartsModel:
             return
         curve = self._run_curve(key, metric, faint)
         curve.source.append(times if self.axis is Axis.TIME else steps.astype(float), vals)
-        self._change.grew.add(metric)
-        self._change.relayout |= self.check_constant(metric)
+        chart = self._chart_of(metric)
+        self._change.grew.add(chart)
+        self._change.relayout |= self.check_constant(chart)
 
     def _append_to_group(self, key: RunKey, metric: str, steps: np.ndarray, vals: np.ndarray) -> None:
         """A grouped run's points are kept here; its group's band is marked stale (``update_bands``)."""
@@ -394,21 +416,32 @@ class ChartsModel:
         return [(key, self.labels[key], self.slots[key]) for key in self.keys]
 
     def marks(self, metric: str) -> list[AlertMark]:
-        """A chart's alert markers (those of its metric, or of none: a stale run) and resumes."""
+        """A chart's marks: the commands its runs applied (unless hidden; first, so that a run steered
+        often does not push its alerts past the lines a chart draws), its alerts (those of its
+        metric, or of none: a stale run) and resumes."""
         by_time = self.axis is Axis.TIME
         several = len(self.keys) > 1
-        marks = []
+        steering, marks = [], []
         for key in self.keys:
             name = self.labels.get(key, key[1])
+            of = f" ({name})" if several else ""
+            for s in self.steers(key) if self.show_steering else ():
+                x = s.time if by_time else s.step
+                if x == x:  # an answer without a time has no place on a wall-time axis
+                    steering.append(AlertMark(float(x), s.what + of, f"{name}: {s.what} at step {s.step}\n"
+                                              f"asked by {s.who}\n{s.sentence}", firing=False, steering=True))
             for m in self.alert_markers.get(key, ()):
                 x = m.time if by_time else m.step
-                if x is None or m.metric not in (metric, None):
+                if x is None or m.metric is not None and self._chart_of(m.metric) != metric:
                     continue
-                label = f"{'⚠' if m.state == 'firing' else '✓'} {m.rule}" + (f" ({name})" if several else "")
+                label = f"{'⚠' if m.state == 'firing' else '✓'} {m.rule}" + of
                 marks.append(AlertMark(float(x), label, f"{name}: {m.detail} ({m.state})", m.state == "firing"))
             for attempt, step in self.timelines[key].resumes() if key in self.timelines else ():
                 x = attempt.started if by_time else step
                 if x is not None:
-                    marks.append(AlertMark(float(x), attempt.label + (f" ({name})" if several else ""),
-                                           f"{name}: {attempt.label}", resume=True))
-        return marks
+                    marks.append(AlertMark(float(x), attempt.label + of, f"{name}: {attempt.label}", resume=True))
+        return steering + marks
+
+    def steers(self, key: RunKey) -> list[Steer]:
+        """The commands a charted run applied (every attempt's), in the order each member journaled them."""
+        return [s for member, log in self._steering.items() if self._member_of.get(member) == key for s in log.steers]

@@ -81,3 +81,4 @@ class AlertMark:
     tooltip: str
     firing: bool = True
     resume: bool = False  # where a run was resumed (a new attempt), not an alert
+    steering: bool = False  # where a run applied a command (``pilothouse.gui.steering_marks``), not an alert

@@ -14,6 +14,7 @@ and highest max), with the area between them filled (one path a frame, built in 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,11 +52,12 @@ class _Curve:
 
 
 @dataclass
-class _Band:
-    """A group's min and max over its runs, per x of its mean curve, and how many runs count there."""
+class Band:
+    """The area between two edges: a group's min and max over its runs, per x of its mean curve, and
+    how many runs count there; or two of a run's reward quantiles (``pilothouse.gui._qt.distribution``)."""
 
-    lo: Series
-    hi: Series
+    lo: CurveSource  # a group's Series; a quantile's source of any kind (``distribution``)
+    hi: CurveSource
     count: np.ndarray
     lo_edge: pg.PlotDataItem
     hi_edge: pg.PlotDataItem
@@ -68,7 +70,7 @@ class ChartWidget(pg.PlotWidget):
     def __init__(self, parent=None, redraw_ms: int = 30, axisItems: dict | None = None) -> None:
         super().__init__(parent, axisItems=axisItems)
         self.curves: dict[str, _Curve] = {}
-        self.bands: dict[str, _Band] = {}  # the groups' bands, by the name of their mean curve
+        self.bands: dict[str, Band] = {}  # the groups' bands, by the name of their mean curve
         self._smoothing = 0.0
         self._follow = True
         self._setting_range = False
@@ -125,6 +127,12 @@ class ChartWidget(pg.PlotWidget):
         min/max band; ``set_group`` gives it its points, or ``series`` (a ``StoredGroup``) draws it from
         its runs' tiers each frame."""
         self.add_curve(name, color, label, dashed, series=series)
+        self.bands[name] = self.new_band(Series(), Series())
+        self._style(name, self.curves[name])
+
+    def new_band(self, lo: CurveSource, hi: CurveSource) -> Band:
+        """A band's items on the plot: the area between ``lo`` and ``hi``, filled behind the curves
+        (``_draw_band`` each frame), and their edges as invisible lines in the y range."""
         edges = [pg.PlotDataItem(connect="finite", pen=pg.mkPen(None)) for _ in range(2)]
         for edge in edges:
             self.addItem(edge)  # invisible lines, but in the y range: it includes the band
@@ -132,8 +140,7 @@ class ChartWidget(pg.PlotWidget):
         fill.setPen(QtGui.QPen(QtCore.Qt.PenStyle.NoPen))
         fill.setZValue(-1)  # behind the curves
         self.addItem(fill, ignoreBounds=True)
-        self.bands[name] = _Band(Series(), Series(), np.empty(0, np.int64), *edges, fill)
-        self._style(name, self.curves[name])
+        return Band(lo, hi, np.empty(0, np.int64), *edges, fill)
 
     def set_group(self, name: str, mean: Series, lo: np.ndarray, hi: np.ndarray, count: np.ndarray) -> None:
         """Replace a group's points with ``pilothouse.gui.groups.band``'s (xs, mean, lo, hi, count), its
@@ -204,8 +211,9 @@ class ChartWidget(pg.PlotWidget):
         self.schedule_redraw()
 
     def set_alert_marks(self, marks: list[AlertMark]) -> None:
-        """Replace the alert lines.  They are a handful of static items (not redrawn per frame)
-        and do not count in the x range the chart follows."""
+        """Replace the marks' lines (alerts, resumes, applied commands: each its color and dash; its
+        tooltip on hover).  They are a handful of static items (not redrawn per frame) and do not
+        count in the x range the chart follows."""
         plot = self.getPlotItem()
         for line in self.alert_lines:
             plot.removeItem(line)
@@ -213,9 +221,10 @@ class ChartWidget(pg.PlotWidget):
         self._alert_marks = list(marks)
         theme = current()
         for i, mark in enumerate(marks[-MAX_ALERT_LINES:]):
-            color = theme.alert_text if mark.firing and not mark.resume else theme.dim_text  # text on the chart
-            style = QtCore.Qt.PenStyle.DashDotLine if mark.resume else \
-                QtCore.Qt.PenStyle.SolidLine if mark.firing else QtCore.Qt.PenStyle.DotLine
+            color = theme.status_paused if mark.steering else \
+                theme.alert_text if mark.firing and not mark.resume else theme.dim_text  # text on the chart
+            style = QtCore.Qt.PenStyle.DashDotLine if mark.resume else QtCore.Qt.PenStyle.DashLine if mark.steering \
+                else QtCore.Qt.PenStyle.SolidLine if mark.firing else QtCore.Qt.PenStyle.DotLine
             line = pg.InfiniteLine(pos=mark.x, angle=90, movable=False, pen=pg.mkPen(color, width=1.5, style=style),
                                    label=mark.label.replace("{", "{{").replace("}", "}}"),  # a format string
                                    labelOpts={"position": 0.92 - 0.08 * (i % 4), "color": color})  # staggered
@@ -300,10 +309,7 @@ class ChartWidget(pg.PlotWidget):
             if curve.ema is not None:
                 curve.smooth.setData(*curve.ema.update().view(x0, x1, pixels))
             bad.append(curve.series.nonfinite(x0, x1))
-        for name, band in self.bands.items():
-            group = self.curves[name].series
-            if isinstance(group, StoredGroup):  # its band comes with the frame just read
-                band.lo, band.hi, band.count = group.edges()
+        for band in self.drawn_bands():
             self._draw_band(band, x0, x1, pixels)
         marks = np.concatenate(bad) if bad else np.empty(0)
         if len(marks) and x1 > x0:  # one tick per pixel column is enough
@@ -312,11 +318,21 @@ class ChartWidget(pg.PlotWidget):
         self._marker_x = marks
         self._place_markers()
 
-    def _draw_band(self, band: _Band, x0: float, x1: float, pixels: int) -> None:
+    def drawn_bands(self) -> Iterator[Band]:
+        """The bands a frame draws: each group's (one read from its runs' tiers with the frame just read)."""
+        for name, band in self.bands.items():
+            group = self.curves[name].series
+            if isinstance(group, StoredGroup):
+                band.lo, band.hi, band.count = group.edges()
+            yield band
+
+    def _draw_band(self, band: Band, x0: float, x1: float, pixels: int) -> None:
         """The band's edges for this range: per pixel column the lowest min and the highest max,
         with the same gaps on both (on a log axis also where an edge is not positive)."""
         xs, lo = _edge(*band.lo.view(x0, x1, pixels), np.fmin)
-        _, hi = _edge(*band.hi.view(x0, x1, pixels), np.fmax)
+        hi_xs, hi = _edge(*band.hi.view(x0, x1, pixels), np.fmax)
+        if len(hi_xs) != len(xs) or (hi_xs != xs).any():  # two metrics' edges, one of them a point behind
+            hi = np.interp(xs, hi_xs, hi, left=np.nan, right=np.nan) if len(hi_xs) else np.full(len(xs), np.nan)
         if band.lo_edge.opts["logMode"][1]:  # the plot's log y, whoever set it
             with np.errstate(invalid="ignore"):
                 gap = (lo <= 0) | (hi <= 0)
@@ -354,13 +370,16 @@ class ChartWidget(pg.PlotWidget):
             point = curve.series.nearest(x) if curve.raw.isVisible() else None
             if point is None:
                 continue
-            spread = self._spread(self.bands[name], point[0]) if name in self.bands else ""
+            spread = self.spread(name, point[0])
             lines.append(f"{curve.label}: {point[1]:.6g}{spread}  (x {point[0]:.6g})")
         return "\n".join(lines)
 
-    @staticmethod
-    def _spread(band: _Band, x: float) -> str:
-        """A group's min, max and run count at its point x, for the readout."""
+    def spread(self, name: str, x: float) -> str:
+        """What the readout adds after a curve's value at its point x: for a group its runs' min, max
+        and count there."""
+        if name not in self.bands:
+            return ""
+        band = self.bands[name]
         i = int(np.searchsorted(band.lo.x, x))
         n = int(band.count[i])
         return f" ({band.lo.y[i]:.6g} … {band.hi.y[i]:.6g}, {n} run{'' if n == 1 else 's'})"

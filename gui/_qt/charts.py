@@ -2,7 +2,9 @@
 each run in its color (``pilothouse.gui.palette``) and named in the legend above the charts.
 Pinned charts come first, a search narrows the grid, flat charts fold into one line
 (``pilothouse.gui.chart_layout``).  Grouped (by a config key or a name pattern), each group is
-drawn as its mean with a min/max band instead of its runs.
+drawn as its mean with a min/max band instead of its runs.  A run's reward quantiles are one chart
+of bands (``pilothouse.gui._qt.distribution``).  Alerts, resumes and the commands a run applied are
+marked on its charts (hover a line for what and who); the "steering" box hides the commands' marks.
 
 Every decision (which curves, from where, on which axis, in which groups) is the Charts model's
 (``pilothouse.gui.charts_model``); this panel holds the widgets, forwards what the user does to the
@@ -28,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from pilothouse.wire.entries import Entry
 
+from .. import distribution
 from ..alerts import Marker
 from ..chart_layout import arrange, folded_text
 from ..charts_model import NAME_PATTERN, OLD, Change, ChartsModel, curve_name
@@ -36,6 +39,7 @@ from ..local_store import LocalStore
 from ..models import RunKey
 from ..palette import RunColors, color, dashed
 from .chart import ChartWidget
+from .distribution import DistributionChart
 from .legend import RunLegend
 
 COLUMNS = 2
@@ -65,6 +69,9 @@ class ChartsPanel(QWidget):
         self.search.textChanged.connect(self._layout)
         self.show_constant = QCheckBox("show constant charts")
         self.show_constant.toggled.connect(self._layout)
+        self.steering = QCheckBox("steering", checked=True, toolTip="mark where each run applied a command "
+                                  "(set, pause, resume, checkpoint, stop): hover a mark for what changed and who asked")
+        self.steering.toggled.connect(self._steering_toggled)
         self.folded = QLabel(wordWrap=True)
         self.smoothing = QSlider(Qt.Horizontal, minimum=0, maximum=99, value=0, toolTip="EMA smoothing")
         self.smoothing.valueChanged.connect(self._restyle)
@@ -79,6 +86,7 @@ class ChartsPanel(QWidget):
                        self.group_box, self.name_pattern):
             controls.addWidget(widget)
         controls.addWidget(self.search, 1)
+        controls.addWidget(self.steering)
         controls.addWidget(self.show_constant)
         self.legend = RunLegend()
         self.legend.highlighted.connect(self._highlight)
@@ -118,8 +126,16 @@ class ChartsPanel(QWidget):
         """Alert markers of the charted runs: on the chart of the alert's metric, or on every
         chart of the run for an alert without one (a stale run)."""
         self.model.alert_markers = markers
+        self._mark()
+
+    def _mark(self) -> None:
         for metric, chart in self.charts.items():
             chart.set_alert_marks(self.model.marks(metric))
+
+    def _steering_toggled(self, on: bool) -> None:
+        """The applied commands' marks on every chart, or on none."""
+        self.model.show_steering = on
+        self._mark()
 
     def remote_answered(self, agent: str) -> None:
         """An agent answered tiers: the charts drawing them redraw (and may turn out flat)."""
@@ -163,6 +179,8 @@ class ChartsPanel(QWidget):
             self.charts[metric].schedule_redraw()
         if self.model.stale_bands and not self.band_timer.isActive():
             self.band_timer.start()
+        if change.marks:
+            self._mark()
         if change.relayout:
             self._layout()
 
@@ -200,7 +218,8 @@ class ChartsPanel(QWidget):
         if chart is not None:
             return chart
         by_time = self.model.axis is Axis.TIME
-        chart = self.charts[metric] = ChartWidget(axisItems={"bottom": pg.DateAxisItem()} if by_time else None)
+        kind = DistributionChart if metric == distribution.CHART else ChartWidget
+        chart = self.charts[metric] = kind(axisItems={"bottom": pg.DateAxisItem()} if by_time else None)
         if len(self.charts) > 1:  # zoom and pan one chart, all follow
             chart.setXLink(next(iter(self.charts.values())))
         chart.setMinimumHeight(CHART_HEIGHT)
@@ -214,15 +233,19 @@ class ChartsPanel(QWidget):
         return chart
 
     def _draw_curve(self, metric: str, curve: Curve) -> None:
-        """A curve of the model on its chart (made if new), hidden or dimmed as the legend says."""
+        """A curve of the model on its chart (made if new), hidden or dimmed as the legend says; a
+        reward quantile is a part of its run's bands."""
         chart = self._chart(metric)
         style = {"color": color(curve.slot), "label": curve.label, "dashed": dashed(curve.slot)}
+        name, part = distribution.split(curve.name)
         if curve.group:
-            chart.add_group(curve.name, series=curve.source, **style)
+            chart.add_group(name, series=curve.source, **style)
+        elif part is not None and isinstance(chart, DistributionChart):
+            chart.add_quantile(name, part, curve.source, faint=curve.faint, **style)
         else:
-            chart.add_curve(curve.name, faint=curve.faint, series=curve.source, **style)
-        if curve.owner in self.model.hidden:
-            chart.set_hidden(curve.name, True)
+            chart.add_curve(name, faint=curve.faint, series=curve.source, **style)
+        if curve.owner in self.model.hidden and name in chart.curves:
+            chart.set_hidden(name, True)
         chart.set_emphasis(curve_name(self.emphasis) if self.emphasis is not None else None)
         chart.schedule_redraw()
 
