@@ -2,7 +2,8 @@
 
 Why no Qt here: the Rollouts panel only displays what this module selects, so what a reward range
 or a comparison shows is tested without a display.  Rows come from the store a step (or a search
-page) at a time: nothing here holds a whole run.
+page) at a time: nothing here holds a whole run.  A prompt or completion may be a chat (a list of
+messages, ``pilothouse.wire.chat``): rows are matched by its canonical text.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from pilothouse.wire import chat
 
 Row = dict[str, Any]  # one rollout row as logged: prompt, completion, reward, and any extra fields
 Pair = tuple[Row | None, Row | None]  # the same prompt's rows from run A and run B (None: absent there)
@@ -26,9 +29,10 @@ def reward(row: Row | None) -> float | None:
     return float(value)
 
 
-def text(row: Row, field: str) -> str:
-    value = row.get(field)
-    return "" if value is None else str(value)
+def key(row: Row, field: str) -> str:
+    """A field's identity: its text, or a chat's canonical JSON (two prompts pair, group and share a
+    history exactly when these are equal)."""
+    return chat.key_text(row.get(field))
 
 
 def merge_steps(*steps: Iterable[tuple[int, int, float | None]]) -> list[int]:
@@ -40,10 +44,10 @@ def hit_pairs(steps: Sequence[int], a_rows: Callable[[int], list[Row]], b_rows: 
               a_hits: Iterable[tuple[int, Row]], b_hits: Iterable[tuple[int, Row]]) -> list[tuple[int, Pair]]:
     """Two runs searched: at each step of ``steps``, the same prompt's rows paired, kept where either
     side is one the search found (told by its step and text)."""
-    found = {(s, text(r, "prompt"), text(r, "completion")) for s, r in (*a_hits, *b_hits)}
+    found = {(s, key(r, "prompt"), key(r, "completion")) for s, r in (*a_hits, *b_hits)}
 
     def hit(step: int, row: Row | None) -> bool:
-        return row is not None and (step, text(row, "prompt"), text(row, "completion")) in found
+        return row is not None and (step, key(row, "prompt"), key(row, "completion")) in found
     return [(s, p) for s in steps for p in pair(a_rows(s), b_rows(s)) if hit(s, p[0]) or hit(s, p[1])]
 
 
@@ -96,15 +100,15 @@ def sort_by_reward(items: list, order: str, key: Any) -> list:
 
 
 def pair(a_rows: Sequence[Row], b_rows: Sequence[Row]) -> list[Pair]:
-    """Match the two runs' rows by prompt text.  A prompt sampled k times in each run pairs its
+    """Match the two runs' rows by prompt (``key``).  A prompt sampled k times in each run pairs its
     occurrences in order (1st with 1st, ...).  A's order is kept; rows only B has come last."""
     b_by_prompt: dict[str, list[Row]] = {}
     for row in b_rows:
-        b_by_prompt.setdefault(text(row, "prompt"), []).append(row)
+        b_by_prompt.setdefault(key(row, "prompt"), []).append(row)
     out: list[Pair] = []
     used: set[int] = set()
     for row in a_rows:
-        waiting = b_by_prompt.get(text(row, "prompt"))
+        waiting = b_by_prompt.get(key(row, "prompt"))
         match = waiting.pop(0) if waiting else None
         if match is not None:
             used.add(id(match))

@@ -12,13 +12,15 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt
+from support.rollouts import sync
 
-from pilothouse.client import Client
-from pilothouse.gui._qt.rollouts import CELL_CHARS, SEARCH_PAGE, RolloutsPanel
+from pilothouse.gui._qt.rollouts import SEARCH_PAGE, RolloutsPanel
+from pilothouse.gui._qt.rollouts_model import CELL_CHARS
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.wire.entries import KIND_ROLLOUTS, Entry
 from pilothouse.wire.rollouts import pack_batch
 
+pytest_plugins = ["support.rollouts"]  # panel
 PROMPTS = ("What is 2+2?", "Name a colour", "Capital of France")
 LONG = "because " * 100  # longer than a table cell
 
@@ -32,28 +34,6 @@ def log_run(url: str, name: str, steps: range, answer: str):
         run.log_rollouts(step, [{"prompt": p, "completion": f"{answer} {i} at {step} {LONG}", "reward": i / 2}
                                 for i, p in enumerate(PROMPTS)])
     return run
-
-
-def sync(store: LocalStore, url: str, after: int = 0) -> list:
-    """What a network link does: every journal page after ``after`` and the run list into the
-    store; the entries."""
-    entries = []
-    with Client(url) as client:
-        for page in client.history(after=after):
-            store.write_page(url, page.entries, page.cursor)
-            while store.index_rollouts():
-                pass
-            entries.extend(page.entries)
-        store.put_runs(url, client.runs())
-    return entries
-
-
-@pytest.fixture
-def panel(qtbot):
-    p = RolloutsPanel()
-    qtbot.addWidget(p)
-    p.show()
-    return p
 
 
 def completions(panel: RolloutsPanel, column: int = 2) -> list[str]:

@@ -27,7 +27,7 @@ from pilothouse.gui.stored_series import StoredGroup
 from pilothouse.gui.tiers import TierEma
 
 from ..palette import PALETTE
-from .theme import current, is_restyle
+from .theme import current, is_restyle, style_plot
 
 FAINT_ALPHA = 70  # the raw curve behind a smoothed one
 SUPERSEDED_ALPHA = 130  # a run's points a later attempt logged again: dotted, still readable
@@ -186,15 +186,8 @@ class ChartWidget(pg.PlotWidget):
 
     def restyle(self) -> None:
         """Colors of the current theme: background, axes, title, readout, alert labels."""
-        theme = current()
-        plot = self.getPlotItem()
-        self.setBackground(theme.chart_bg)
-        for axis in ("left", "bottom"):
-            plot.getAxis(axis).setPen(theme.chart_fg)
-            plot.getAxis(axis).setTextPen(theme.chart_fg)
-        if plot.titleLabel.text:
-            plot.titleLabel.setText(plot.titleLabel.text, color=theme.chart_fg)
-        self.readout_label.setColor(theme.chart_fg)
+        style_plot(self)
+        self.readout_label.setColor(current().chart_fg)
         self.set_alert_marks(self._alert_marks)
 
     def changeEvent(self, event: QtCore.QEvent) -> None:

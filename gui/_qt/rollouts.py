@@ -6,14 +6,19 @@ text), the rows of the step shown, and a search's matches a page at a time (SEAR
 first, "more" for the next): it never loads a whole run's text.  Live entries of the shown runs
 above the cursor taken when they were opened make it list the steps again.  What is shown of the
 rows loaded (reward range, order, pairing) is decided by ``pilothouse.gui.rollouts``.
+
+Agentic rows (chat prompts and trajectories with tool calls) are summed up in one line per cell;
+below the table, the selected line reads as a transcript (``.transcript``), beside it its step's
+GRPO groups (``.rollout_groups``) and its prompt at every step it was sampled (``.prompt_history``,
+one bounded search of the local store per selection); the step's rewards are a histogram beside
+the table (``.reward_histogram``).
 """
 
 from __future__ import annotations
 
 import bisect
-from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtGui import QDoubleValidator
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -22,7 +27,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
-    QPlainTextEdit,
     QPushButton,
     QSlider,
     QSpinBox,
@@ -36,76 +40,16 @@ from pilothouse.wire.entries import KIND_ROLLOUTS, Entry
 
 from ..local_store import LocalStore
 from ..models import RunKey, run_labels
-from ..rollouts import Pair, Query, Row, hit_pairs, merge_steps, pair, reward, text
-from .legend import swatch
+from ..rollouts import Pair, Query, Row, hit_pairs, merge_steps, pair
+from ..transcript import sections
+from .prompt_history import HistoryView
+from .reward_histogram import RewardHistogram
+from .rollout_groups import GroupsView
+from .rollouts_model import Line, RolloutsModel
+from .transcript import TranscriptView
 
-CELL_CHARS = 160  # the table shows a line's start; the detail pane shows everything
 SEARCH_PAGE = 200  # matches a search loads per run at a time
 ORDER_LABELS = {"logged": "as logged", "asc": "reward ↑", "desc": "reward ↓"}
-Line = tuple[int, Pair]  # (step, (row of run A, row of run B or None))
-
-
-def _cell(value: str) -> str:
-    """One line of at most CELL_CHARS: newlines in a cell would make rows as tall as the text."""
-    flat = " ⏎ ".join(value.splitlines())
-    return flat if len(flat) <= CELL_CHARS else flat[:CELL_CHARS - 1] + "…"
-
-
-def _reward_text(row: Row | None) -> str:
-    if row is None or "reward" not in row:
-        return ""
-    r = reward(row)
-    return f"{r:.4g}" if r is not None else str(row["reward"])
-
-
-class RolloutsModel(QAbstractTableModel):
-    """Lines of (step, pair); one run shows step, prompt, completion, reward; two add B's columns."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[Line] = []
-        self.names: list[str] = []  # the shown runs' names (see ``models.run_labels``)
-        self.slots: list[int | None] = []  # their color slots, as the charts draw them
-
-    def set_lines(self, lines: list[Line], names: list[str], slots: list[int | None] | None = None) -> None:
-        self.beginResetModel()
-        self.lines, self.names = lines, names
-        self.slots = list(slots) if slots is not None else [None] * len(names)
-        self.endResetModel()
-
-    def headers(self) -> list[str]:
-        if len(self.names) < 2:
-            return ["step", "prompt", "completion", "reward"]
-        a, b = self.names
-        return ["step", "prompt", f"completion · {a}", f"reward · {a}", f"completion · {b}", f"reward · {b}"]
-
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.lines)
-
-    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.headers())
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.DisplayRole) -> Any:
-        if orientation != Qt.Horizontal:
-            return None
-        if role == Qt.DisplayRole:
-            return self.headers()[section]
-        if role == Qt.DecorationRole and len(self.names) == 2 and section >= 2:
-            slot = self.slots[(section - 2) // 2]  # completion and reward of A, then of B
-            return swatch(slot) if slot is not None else None
-        return None
-
-    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.DisplayRole) -> Any:
-        if role != Qt.DisplayRole or not index.isValid():
-            return None
-        return self.cells(index.row())[index.column()]
-
-    def cells(self, i: int) -> list[str]:
-        step, (a, b) = self.lines[i]
-        prompt = _cell(text(a if a is not None else b, "prompt"))
-        sides = [a] if len(self.names) < 2 else [a, b]
-        return [str(step), prompt, *(v for row in sides
-                                     for v in (_cell(text(row, "completion")) if row else "", _reward_text(row)))]
 
 
 class RolloutsPanel(QWidget):
@@ -120,6 +64,8 @@ class RolloutsPanel(QWidget):
         self._steps: list[int] = []
         self._hits: dict[RunKey, list[tuple[int, Row]]] = {}  # a search's pages loaded so far, newest first
         self._next: dict[RunKey, int | None] = {}  # where each run's next search page begins
+        self._loaded: dict[tuple[RunKey, int], list[Row]] = {}  # steps' rows read since the last refresh
+        self._context: int | None = None  # the step the group view and histogram show
 
         self.slider = QSlider(Qt.Horizontal, minimum=0, maximum=0)
         self.slider.valueChanged.connect(self._on_slider)
@@ -146,7 +92,12 @@ class RolloutsPanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
         self.table.verticalHeader().hide()
         self.table.selectionModel().currentRowChanged.connect(self._show_detail)
-        self.detail = QPlainTextEdit(readOnly=True, placeholderText="select a row to read it in full")
+        self.detail = TranscriptView()  # the selected line, or the group row or history line picked
+        self.histogram = RewardHistogram()
+        self.groups = GroupsView()
+        self.groups.picked.connect(self._show_member)
+        self.history = HistoryView()
+        self.history.picked.connect(self._show_line)
         self.hint = QLabel("Select a run that logs rollouts (run.log_rollouts); select two to compare them.",
                            alignment=Qt.AlignCenter)
 
@@ -161,10 +112,24 @@ class RolloutsPanel(QWidget):
         filters.addWidget(self.reward_max)
         filters.addWidget(self.order)
         filters.addWidget(self.more)
+        top = QSplitter(Qt.Horizontal)  # the step: its rows, and their rewards at a glance
+        top.addWidget(self.table)
+        top.addWidget(self.histogram)
+        top.setStretchFactor(0, 4)
+        top.setStretchFactor(1, 1)
+        side = QSplitter(Qt.Vertical)  # the selection's context: its group, its prompt over the steps
+        side.addWidget(self.groups)
+        side.addWidget(self.history)
+        bottom = QSplitter(Qt.Horizontal)
+        bottom.addWidget(self.detail)
+        bottom.addWidget(side)
+        bottom.setStretchFactor(0, 3)
+        bottom.setStretchFactor(1, 2)
         split = QSplitter(Qt.Vertical)
-        split.addWidget(self.table)
-        split.addWidget(self.detail)
-        split.setStretchFactor(0, 3)
+        split.addWidget(top)
+        split.addWidget(bottom)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 3)
         layout = QVBoxLayout(self)
         layout.addLayout(steps)
         layout.addLayout(filters)
@@ -199,6 +164,7 @@ class RolloutsPanel(QWidget):
         before = {key: dict((s, n) for s, n, _ in self.step_rows[key]) for key in grown}
         for key in grown:
             self.step_rows[key] = self.store.rollout_steps(*key)
+        self._loaded = {k: rows for k, rows in self._loaded.items() if k[0] not in grown}
         added = {s for key in grown for s, n, _ in self.step_rows[key] if before[key].get(s) != n}
         shown = self.current_step()
         self._update_steps(follow=shown == (self._steps[-1] if self._steps else None))
@@ -264,7 +230,7 @@ class RolloutsPanel(QWidget):
         words = self.words()
         self.slider.setEnabled(not words)
         self.step_box.setEnabled(not words)
-        self._hits, self._next = {}, {}
+        self._hits, self._next, self._loaded = {}, {}, {}
         if words and self.store is not None:
             try:
                 for key in self.keys:
@@ -290,7 +256,12 @@ class RolloutsPanel(QWidget):
         self._show_lines()
 
     def _rows(self, key: RunKey, step: int) -> list[Row]:
-        return self.store.rollout_rows(*key, step) if self.store is not None else []
+        """The step's rows, read once for the table, the groups and the histogram alike."""
+        if self.store is None:
+            return []
+        if (key, step) not in self._loaded:
+            self._loaded[key, step] = self.store.rollout_rows(*key, step)
+        return self._loaded[key, step]
 
     def _step_text(self, step: int | None) -> str:
         """Per shown run: the step's rows and mean reward (``—`` where the run has none there)."""
@@ -331,19 +302,42 @@ class RolloutsPanel(QWidget):
         for column, name in enumerate(self.model.headers()):  # text gets the width, numbers what they need
             text_column = name.startswith(("prompt", "completion"))
             header.setSectionResizeMode(column, QHeaderView.Stretch if text_column else QHeaderView.ResizeToContents)
-        self.detail.setPlainText("")
+        self.detail.show_sections([])
+        self.history.clear()
+        self._show_context(None if self.words() else step, again=True)
+
+    def _show_context(self, step: int | None, again: bool = False) -> None:
+        """The group view and histogram of ``step`` (the step shown; when searching, the selected
+        line's): its rows are those the table read.  Unchanged unless the step or the rows did."""
+        if step == self._context and not again:
+            return
+        self._context = step
+        runs = [(k, self._rows(k, step) if step is not None else []) for k in self.keys]
+        self.groups.show_step(step, [(self.labels[k], rows) for k, rows in runs])
+        self.histogram.show_step(step, [(self.slots.get(k), rows) for k, rows in runs])
 
     def _show_detail(self, current: QModelIndex, *_: object) -> None:
+        """The selected line in full, its group marked, and its prompt's history (one bounded search
+        of the local store per selection)."""
         if not current.isValid():
             return
         step, (a, b) = self.model.lines[current.row()]
-        sides = [(name, row) for name, row in zip(self.model.names, (a, b)) if row is not None]
-        prompt = text(a if a is not None else b, "prompt")
-        parts = [f"step {step}\n\nPROMPT\n{prompt}"]
-        for name, row in sides:
-            extra = "  ".join(f"{k}={v}" for k, v in row.items() if k not in ("prompt", "completion"))
-            parts.append(f"COMPLETION · {name}   {extra}\n{text(row, 'completion')}")
-        self.detail.setPlainText("\n\n".join(parts))
+        self._show_line((step, (a, b)))
+        self._show_context(step)
+        self.groups.mark([a, b])
+        if self.store is not None:
+            first = a if a is not None else b
+            self.history.load(self.store, self.keys, self.model.names, self.model.slots, first.get("prompt"))
+
+    def _show_line(self, line: Line) -> None:
+        step, pair_ = line
+        self.detail.show_sections(sections(step, list(zip(self.model.names, pair_))))
+
+    def _show_member(self, run: int, row: Row) -> None:
+        """A group's row clicked: that run's row of the step the groups show."""
+        if self._context is not None:
+            sides: Pair = (row, None) if run == 0 else (None, row)
+            self._show_line((self._context, sides))
 
 
 def _bound(value: str) -> float | None:

@@ -39,6 +39,18 @@ def status_color(status: str) -> QColor:
     return qcolor(status_role(status))
 
 
+def style_plot(widget: pg.PlotWidget) -> None:
+    """A plot in the current theme's chart colors: background, axes, and its title if it has one."""
+    theme = _current[0]
+    plot = widget.getPlotItem()
+    widget.setBackground(theme.chart_bg)
+    for axis in ("left", "bottom"):
+        plot.getAxis(axis).setPen(theme.chart_fg)
+        plot.getAxis(axis).setTextPen(theme.chart_fg)
+    if plot.titleLabel.text:
+        plot.titleLabel.setText(plot.titleLabel.text, color=theme.chart_fg)
+
+
 def is_restyle(event: QEvent) -> bool:
     return event.type() in _RESTYLE
 
