@@ -15,14 +15,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyqtgraph as pg
+from PySide6 import QtGui
 
 from pilothouse.gui.curves import CurveSource
 from pilothouse.gui.distribution import BANDS, LINE
 
 from .chart import DIM_FACTOR, Band, ChartWidget
 
-OUTER_ALPHA = 45  # min–max
-INNER_ALPHA = 110  # p10–p90
+OUTER_ALPHA = 40  # min–max
+INNER_ALPHA = 85  # p10–p90
+MEDIAN_WIDTH = 2.0  # the median drawn over its own color's bands
 FAINT_FACTOR = 0.4  # a run's superseded steps: their bands fainter still
 
 
@@ -87,6 +89,10 @@ class DistributionChart(ChartWidget):
 
     def _style(self, name: str, curve) -> None:
         super()._style(name, curve)
+        if curve.ema is None:  # unsmoothed: the median itself is the line, wider to stand out of its bands
+            pen = QtGui.QPen(curve.raw.opts["pen"])
+            pen.setWidthF(max(pen.widthF(), MEDIAN_WIDTH))
+            curve.raw.setPen(pen)
         self._fill(name)
 
     def _fill(self, name: str) -> None:
