@@ -76,7 +76,7 @@ class GroupsView(QWidget):
             self.tree.topLevelItem(i).setFirstColumnSpanned(True)
         self.tree.expandAll()
         self.tree.blockSignals(False)
-        self.tree.setColumnWidth(0, self.tree.indentation() + self.fontMetrics().horizontalAdvance("row 00000"))
+        self.tree.setColumnWidth(0, 2 * self.tree.indentation() + self.fontMetrics().horizontalAdvance("row 00000"))
         for column in (1, 2):  # the groups' spanned lines do not widen the rows' first column
             self.tree.resizeColumnToContents(column)
         count = sum(len(groups) for groups in self.lines)

@@ -130,6 +130,8 @@ class RolloutsPanel(QWidget):
         split.addWidget(bottom)
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 3)
+        for splitter, shares in ((top, [4, 1]), (bottom, [3, 2]), (split, [2, 3])):
+            splitter.setSizes([1000 * n for n in shares])  # scaled to the space there is
         layout = QVBoxLayout(self)
         layout.addLayout(steps)
         layout.addLayout(filters)

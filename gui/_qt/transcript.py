@@ -72,6 +72,8 @@ class TranscriptView(QTextBrowser):
         self.setHtml("".join(html))
 
     def _part(self, part: Part, number: int, theme: Theme) -> str:
+        """A part's header in its role's color (tool calls and links in the theme's blue, which
+        keeps its contrast on both themes' base), its body whole, or folded with a link."""
         color = {"call": theme.status_paused, "reasoning": theme.dim_text}.get(part.kind, theme.text)
         if part.role == "tool":
             color = theme.status_running
@@ -82,7 +84,7 @@ class TranscriptView(QTextBrowser):
         if not part.long:
             return f"{head}<div style='{style}'>{escape(part.body)}</div>"
         if number in self.unfolded:
-            link = f"<a href='{FOLD}{number}'>▴ fold</a>"
+            link = f"<a href='{FOLD}{number}' style='color:{theme.status_paused}'>▴ fold</a>"
             return f"{head}<div style='{style}'>{escape(part.body)}</div><p style='margin-left:12px'>{link}</p>"
-        link = f"<a href='{FOLD}{number}'>▾ show all ({fold_note(part.body)})</a>"
+        link = f"<a href='{FOLD}{number}' style='color:{theme.status_paused}'>▾ show all ({fold_note(part.body)})</a>"
         return f"{head}<div style='{style}'>{escape(preview(part.body))} …</div><p style='margin-left:12px'>{link}</p>"
