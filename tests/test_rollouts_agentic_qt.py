@@ -14,7 +14,7 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt
-from support.rollouts import FORECAST, GROUP, QUESTIONS, agentic_rows, sync
+from support.rollouts import FORECAST, GROUP, QUESTIONS, agentic_rows, prompt, sync, trajectory
 
 from pilothouse.gui._qt.rollouts import RolloutsPanel
 from pilothouse.gui._qt.theme import qcolor
@@ -24,9 +24,10 @@ from pilothouse.gui.step_groups import NO_SIGNAL
 pytest_plugins = ["support.rollouts"]  # panel
 
 
-def log_run(url: str, name: str, steps: tuple[int, ...], flip: bool = False) -> str:
+def log_run(url: str, name: str, steps: tuple[int, ...], flip: bool = False, last: list | None = None) -> str:
     """A trainer logging GROUP tool-calling samples of each question per step; ``flip`` turns the
-    rewards around (the last question's group stays all equal).  Returns the run's id."""
+    rewards around (the last question's group stays all equal); ``last``: rows of one more step
+    after them.  Returns the run's id."""
     import pilothouse as ph
 
     run = ph.init(project="agents", name=name, agent=url)
@@ -36,6 +37,8 @@ def log_run(url: str, name: str, steps: tuple[int, ...], flip: bool = False) -> 
             for row in rows[:2 * GROUP]:
                 row["reward"] = 1.0 - row["reward"]
         run.log_rollouts(step, rows)
+    if last:
+        run.log_rollouts(steps[-1] + 10, last)
     assert run.finish()
     return run.id
 
@@ -102,11 +105,14 @@ def test_one_agentic_run_transcript_groups_histogram_and_history(panel, qtbot, a
 
 def test_two_agentic_runs_histogram_groups_and_history_paired_by_prompt(panel, agent_proc, tmp_path):
     a = log_run(agent_proc.url, "base", (0, 10, 20))
-    b = log_run(agent_proc.url, "tuned", (0, 20), flip=True)
+    whole = [{"messages": prompt(QUESTIONS[2]) + trajectory(QUESTIONS[2], 0, 30), "reward": 1.0}]
+    b = log_run(agent_proc.url, "tuned", (0, 20), flip=True, last=whole)  # and a step of one whole trajectory
     store = LocalStore(tmp_path / "app.sqlite")
     sync(store, agent_proc.url)
     keys = [(agent_proc.url, a), (agent_proc.url, b)]
     panel.show_runs(keys, store, {keys[0]: 0, keys[1]: 1})
+    assert panel.current_step() == 30 and panel.histogram.bars.counts == [[0], [1]]  # base has no step 30
+    panel.set_step(20)
     assert panel.histogram.bars.counts == [[2, 2, 2, 6], [2, 2, 2, 6]]  # flipped: the same spread
     assert len(panel.histogram.items) == 2
     tops = [panel.groups.tree.topLevelItem(i).text(0) for i in range(panel.groups.tree.topLevelItemCount())]
@@ -129,4 +135,11 @@ def test_two_agentic_runs_histogram_groups_and_history_paired_by_prompt(panel, a
     panel.table.selectRow(panel.model.rowCount() - 1)
     assert panel.model.lines[-1][0] == 0 and panel.groups.title.text() == "step 0: 6 groups, 2 with no signal"
     assert "Frank Herbert" in panel.detail.toPlainText()
+
+    panel.search.setText("")
+    panel.set_step(30)  # a row that logs its trajectory as ``messages``, no prompt or completion
+    assert panel.model.cells(0)[1:] == [QUESTIONS[2], "", "", "1 turn · 0 tool calls · final: Frank Herbert (sample 0 at step 30)", "1"]
+    panel.table.selectRow(0)
+    assert "TRAJECTORY · tuned" in panel.detail.toPlainText()
+    assert panel.history.lines() == [] and panel.history.title.text() == "this row logs no prompt: no history to follow"
     store.close()

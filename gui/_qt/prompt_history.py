@@ -44,6 +44,10 @@ class HistoryView(QWidget):
     def load(self, store: LocalStore, keys: list[RunKey], names: list[str], slots: list[int | None],
              prompt: Any) -> None:
         """The history of ``prompt`` in the shown runs (one, or two paired)."""
+        if prompt is None:  # a row logging only its trajectory (``messages``) has no prompt to follow
+            self.model.set_lines([], names, slots)
+            self.title.setText("this row logs no prompt: no history to follow")
+            return
         found = [history(store, key, prompt) for key in keys]
         lines = paired(found[0].rows, found[1].rows if len(found) == 2 else None)
         self.model.set_lines(lines, names, slots)
