@@ -43,7 +43,8 @@ class PilothouseCallback(TrainerCallback):
     exactly the state the acknowledgement names, and a stop ends training with no extra step.  A
     pause holds the trainer after step N is logged (a log is forced on that step), and a checkpoint
     asked while paused is saved there at once.  ``rollouts_per_step`` limits the GRPO rollouts kept
-    per step (default: all of them; 0: none).
+    per step (default: all of them; 0: none); with a conversational dataset their prompts and
+    completions are lists of messages, tool calls and tool results included.
     """
 
     def __init__(self, run: Run | None = None, *, project: str | None = None, log_metrics: bool = True,

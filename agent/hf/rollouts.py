@@ -4,15 +4,19 @@ TRL sizes ``trainer._logs`` to one generation batch and refills it whenever it g
 (gathered from every process), so after a step its contents are the completions that step's
 update used.  A generation is new when its advantages are new objects (``tolist()`` makes
 fresh floats each time), which costs one identity check per step and changes nothing in TRL.
+With a conversational dataset TRL's prompts and completions are lists of messages (a tool-calling
+completion holds the calls, the tool results and the turns after them): they are logged as such.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from pilothouse.trainer.run import Run
+from pilothouse.wire import chat
 from pilothouse.wire.records import MAX_ROLLOUT_ROWS
 
 log = logging.getLogger("pilothouse")
@@ -55,7 +59,7 @@ class GRPORollouts:
         for i, (prompt, completion, advantage) in enumerate(texts):
             per_func = {name: values[i] for name, values in rewards.items() if i < len(values)}
             scored = [weights.get(name, 1.0) * r for name, r in per_func.items() if not _missing(r)]
-            row = {"prompt": _text(prompt), "completion": _text(completion),
+            row = {"prompt": _field("prompt", prompt), "completion": _field("completion", completion),
                    "reward": math.fsum(scored) if scored else math.nan, "advantage": float(advantage)}
             row.update({f"rewards/{name}": math.nan if _missing(r) else float(r) for name, r in per_func.items()})
             rows.append(row)
@@ -85,16 +89,43 @@ def _missing(value: Any) -> bool:
     return value is None or isinstance(value, float) and math.isnan(value)
 
 
-def _text(value: Any) -> str:
-    """A prompt or completion: plain text, or a conversation as one ``role: content`` line per message."""
+def _field(key: str, value: Any) -> Any:
+    """A prompt or completion as the row keeps it: text as text; a conversation (TRL's conversational
+    datasets: a list of messages; a tool-calling completion: the assistant's calls, the tool results
+    and what came after) as plain messages, whole.  One that the row cannot hold even so (a field
+    too deep or too long) is kept as ``role: content`` lines rather than lost."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
-        return "\n".join(f"{m.get('role', '?')}: {_content(m.get('content'))}" for m in value)
-    return str(value)
+    plain = _plain(value)
+    if isinstance(plain, list) and all(isinstance(m, dict) for m in plain):
+        if chat.check_field(key, plain) is None:
+            return plain
+        return "\n".join(f"{m.get('role', '?')}: {_content(m.get('content'))}" for m in plain)
+    return str(plain)
 
 
 def _content(content: Any) -> str:
     if isinstance(content, list):  # multimodal parts: keep the text ones
         return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
     return "" if content is None else str(content)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with Python's own types only: what TRL keeps may hold numpy arrays, numpy scalars
+    (subclasses of float and str among them) or tensors; ``tolist()`` turns those into lists and
+    Python numbers.  An image part is kept as ``{"type": "image"}`` (the pixels stay with TRL, as in
+    its own completion logs); any other object becomes its text."""
+    for kind in (bool, str, int, float):
+        if isinstance(value, kind):
+            return kind(value)
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        if value.get("type") == "image":
+            return {"type": "image"}
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if callable(getattr(value, "tolist", None)):
+        return _plain(value.tolist())
+    return str(value)
