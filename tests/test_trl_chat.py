@@ -7,6 +7,7 @@ A tiny model on the CPU, one or two steps (tests/support/trl_chat.py)."""
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import pytest
@@ -89,3 +90,40 @@ def test_a_tool_calling_completion_is_stored_whole(agent_proc, tmp_path, monkeyp
         assert result == {"role": "tool", "name": "get_weather", "content": "sunny and warm in paris"}
         assert [m["role"] for m in after] in ([], ["assistant"])  # what the model said after the result, if any
         assert math.isclose(row["reward"], float(row["completion"][-1]["content"].count("a")))
+
+
+def test_what_trl_keeps_is_made_plain_and_a_chat_the_row_cannot_hold_is_kept_as_text(agent_proc):
+    """The shapes TRL's buffers may hold besides lists of dicts (numpy arrays and scalars, an image
+    part with its pixels, tool arguments nested deeper than a row may hold), in a trainer's ``_logs``
+    as GRPOTrainer keeps them, logged to a real agent."""
+    import numpy as np
+    import torch
+
+    import pilothouse as ph
+    from pilothouse.hf.rollouts import GRPORollouts
+    from pilothouse.wire.chat import MAX_JSON_DEPTH
+
+    deep: dict = {"x": 1}
+    for _ in range(MAX_JSON_DEPTH + 1):
+        deep = {"x": deep}
+    prompt = np.array([{"role": np.str_("user"), "content": [{"type": "image", "image": np.zeros((2, 2, 3))},
+                                                              {"type": "text", "text": np.str_("what is this?")}]}])
+    calls = [{"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "look", "arguments": {"zoom": np.int64(3), "deep": deep}}}]}]
+    said = [{"role": "assistant", "content": "a cat", "score": np.float64(0.5)}]
+    trainer = type("Trainer", (), {})()
+    trainer._logs = {"prompt": [prompt, prompt], "completion": [said, calls], "rewards": {"r": [1.0, 0.0]},
+                     "advantages": torch.tensor([0.5, -0.5]).tolist()}
+    trainer.reward_func_names, trainer.reward_weights = ["r"], torch.tensor([1.0])
+    run = ph.init("trl", name="shapes", agent=agent_proc.url, tunable={})
+    assert GRPORollouts(trainer).log_new(run, 1) == 2
+    assert run.finish()
+    with Client(agent_proc.url) as client:
+        (batch,) = client.rollouts(run.id)
+    plain_prompt = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what is this?"}]}]
+    assert batch["rows"][0]["prompt"] == plain_prompt and batch["rows"][1]["prompt"] == plain_prompt
+    assert batch["rows"][0]["completion"] == [{"role": "assistant", "content": "a cat", "score": 0.5}]
+    # too deep for a row: the chat as text, the call with it
+    assert batch["rows"][1]["completion"] == f'assistant:  → look({json.dumps({"deep": deep, "zoom": 3})})'
+
+    assert [r["advantage"] for r in batch["rows"]] == [0.5, -0.5]

@@ -100,14 +100,23 @@ def _field(key: str, value: Any) -> Any:
     if isinstance(plain, list) and all(isinstance(m, dict) for m in plain):
         if chat.check_field(key, plain) is None:
             return plain
-        return "\n".join(f"{m.get('role', '?')}: {_content(m.get('content'))}" for m in plain)
+        return "\n".join(map(_message_text, plain))
     return str(plain)
 
 
-def _content(content: Any) -> str:
+def _message_text(message: dict) -> str:
+    """``role: content``, then `` → name(arguments)`` for each tool call: of any shape (it failed the
+    row's checks), so nothing is assumed of it."""
+    content = message.get("content")
     if isinstance(content, list):  # multimodal parts: keep the text ones
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return "" if content is None else str(content)
+        content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    text = f"{message.get('role', '?')}: {'' if content is None else content}"
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            text += f" → {function.get('name')}({chat.arguments_text(function.get('arguments'))})"
+    return text
 
 
 def _plain(value: Any) -> Any:
