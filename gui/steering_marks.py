@@ -6,8 +6,9 @@ Why from the journal's events: the agent writes a ``command`` event when one is 
 sender, ``who``) and an ``ack`` event when the trainer answers (the step, the values in effect);
 the app keeps both in its store and gets both live, so a mark needs nothing the Events pane does
 not already have.  The sentences are ``pilothouse.event_text``'s, the ones `pilothouse events`
-prints.  An ack does not carry the value a ``set`` replaced: the mark says ``lr 0.0003 → 0.0001``
-when an earlier ``set`` of the run applied the old value, ``lr=0.0001`` when nothing journaled did.
+prints.  The agent's ack of a ``set`` carries the settings it replaced (``before``, from the run's
+config as the agent held it): the mark says ``lr 0.0003 → 0.0001``; for a setting not in the config
+before, the value an earlier ``set`` of the run applied, else ``lr=0.0001``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pilothouse.text import printable
 
 # what a mark says for an applied command that changes no value (a set says its values)
 DONE = {"pause": "paused", "resume": "resumed", "checkpoint": "checkpoint saved", "stop": "stopping"}
+_UNKNOWN = object()  # a set value whose previous value no event says
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,13 @@ class SteeringLog:
         applied = body.get("applied")
         if cmd != "set" or not isinstance(applied, Mapping) or not applied:
             return DONE.get(cmd, cmd)
+        before = body.get("before") if isinstance(body.get("before"), Mapping) else {}
         changes = []
         for key, value in applied.items():
             key = str(key)
             new = value_text(value)
-            changes.append(f"{key} {value_text(self._values[key])} → {new}" if key in self._values
-                           else f"{key}={new}")
+            old = before[key] if key in before else self._values.get(key, _UNKNOWN)
+            changes.append(f"{key}={new}" if old is _UNKNOWN else f"{key} {value_text(old)} → {new}")
             self._values[key] = value
         return ", ".join(changes)
 

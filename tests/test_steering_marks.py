@@ -72,11 +72,13 @@ def test_the_commands_a_real_trainer_applied_are_marked_with_what_changed_and_wh
             model = ChartsModel()
             model.show_runs([(agent_proc.url, run_id)], store)
             me = f"{getpass.getuser()}@{socket.gethostname()}"
-            assert steering(model) == [(float(steps[0]), "lr=0.0001"), (float(steps[1]), "lr 0.0001 → 5e-05"),
+            # the first set: the value it replaced is the run's config as the agent held it
+            assert steering(model) == [(float(steps[0]), "lr 0.0003 → 0.0001"), (float(steps[1]), "lr 0.0001 → 5e-05"),
                                        (float(steps[2]), "paused"), (float(steps[3]), "checkpoint saved"),
                                        (float(steps[4]), "resumed")]
             tips = [m.tooltip for m in model.marks("loss") if m.steering]
-            assert tips[0].startswith(f"steered: lr=0.0001 at step {steps[0]}\nasked by {me} (gui)\nset lr=0.0001")
+            assert tips[0].startswith(f"steered: lr 0.0003 → 0.0001 at step {steps[0]}\nasked by {me} (gui)\n"
+                                      "set lr=0.0001")
             assert f"asked by {me} (cli)" in tips[1] and f"paused at step {steps[2]} by {me} (gui)" in tips[2]
             assert str(tmp_path / f"ckpt-{steps[3]}.pt") in tips[3]
             assert steering(model, DIST) == steering(model)  # every chart of the run, its distribution's too

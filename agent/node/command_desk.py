@@ -90,6 +90,9 @@ class CommandDesk:
             return
         self.store.commands.answer(cid, msg["state"], msg["step"], msg["detail"], msg["applied"], now)
         self.store.note_step(run, msg["step"])  # "paused at step S" and the run's step agree at once
+        if msg["state"] == "applied" and msg["cmd"] == "set":  # what it replaced: charts say "lr 3e-4 → 1e-4"
+            config, _ = self.store.config_and_schema(run)
+            answer["before"] = {k: config[k] for k in msg.get("config", {}) if k in config}
         self.store.event(run, "ack", answer)
         if msg["state"] == "applied":
             if msg["cmd"] == "set":
