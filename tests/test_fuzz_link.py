@@ -434,33 +434,35 @@ def test_link_memory_bounded_under_a_garbage_stream(tmp_path, fake, monkeypatch)
             return fake.flooded
 
         def settled_heap() -> int:
-            """The least of samples over up to three seconds: what the link still has in flight on a busy
-            machine (seen once in a while under xdist: a few MiB of decoded frames) is gone by a later
-            sample, a leak is not."""
-            least = 2 ** 62
-            for _ in range(15):
+            """The least of three samples over half a second: what the link still has in flight on a busy
+            machine is gone by a later sample, a leak is not."""
+            samples = []
+            for _ in range(3):
                 gc.collect()
-                least = min(least, tracemalloc.get_traced_memory()[0])
-                if least < 2 ** 20:
-                    break
-                time.sleep(0.2)
-            return least
+                samples.append(tracemalloc.get_traced_memory()[0])
+                time.sleep(0.25)
+            return min(samples)
 
         stream(0.7)  # warm-up: imports, caches, sqlite pages
         gc.collect()
         tracemalloc.start()
         rss0 = rss().rss
-        sent = stream(1.2)
-        heap1 = settled_heap()
-        sent += stream(1.2)
-        heap2, peak = settled_heap(), tracemalloc.get_traced_memory()[1]
+        sent, heaps = 0, []
+        for _ in range(3):
+            sent += stream(0.8)
+            heaps.append(settled_heap())
+        peak = tracemalloc.get_traced_memory()[1]
         rss2 = rss().rss
         tracemalloc.stop()
-        print(f"\nlink under {sent} garbage frames: Python heap +{heap1 / 2**20:.2f} MiB after half, "
-              f"+{heap2 / 2**20:.2f} MiB after all (peak +{peak / 2**20:.2f}), "
-              f"RSS {rss0 / 2**20:.1f} -> {rss2 / 2**20:.1f} MiB")
+        print(f"\nlink under {sent} garbage frames: Python heap +{' / +'.join(f'{h / 2**20:.2f}' for h in heaps)} "
+              f"MiB after each third (peak +{peak / 2**20:.2f}), RSS {rss0 / 2**20:.1f} -> {rss2 / 2**20:.1f} MiB")
         assert sent >= 5_000, sent
-        assert heap2 < 2 ** 20 and heap2 - heap1 < 2 ** 20, "the link's heap grows under garbage"
+        # msgpack interns every map key it decodes, and the interpreter's table of interned strings never
+        # shrinks: when garbage keys make it resize, its new table (one block of 1.9 MiB in a process
+        # with a test's imports, seen once; more with more modules loaded) is traced. That happens once,
+        # not per frame: a leak grows in every third, the table in one at most.
+        growth = sorted(b - a for a, b in zip([0, *heaps], heaps))
+        assert growth[1] < 2 ** 20 and heaps[-1] < 16 * 2 ** 20, f"the link's heap grows under garbage: {heaps}"
         assert peak < 16 * 2 ** 20  # one frame at a time, not a backlog
         assert rss2 - rss0 < 64 * 2 ** 20  # ZMQ's own queue is bounded by the HWM (1000 frames of <= 64 KiB)
         assert_link_alive(link, watch)
