@@ -38,6 +38,13 @@ def test_without_reward_a_per_function_mean_heads_never_a_spread():
     assert key_metric(["rewards/a/max", "rewards/a/min", "rewards/a/mean"]) == "rewards/a/mean"
 
 
+def test_the_agents_derived_series_head_a_run_after_its_own_reward_a_quantile_never_before_the_mean():
+    derived = ["rollouts/reward/p10", "rollouts/reward/p50", "rollouts/reward/max", "rollouts/groups/zero_std_frac"]
+    assert key_metric([*derived, "critic/score/mean", "rollouts/reward/mean"]) == "rollouts/reward/mean"
+    assert key_metric([*derived, "rollouts/reward/mean", "reward/mean"]) == "reward/mean"  # the run's own first
+    assert key_metric([*TRL_GRPO, *derived, "rollouts/reward/mean"]) == "reward"
+
+
 def test_reward_spellings_in_order():
     """Each name added heads the run over those before it."""
     names = ["rewards/b/mean", "rewards/mean", "reward/mean", "train/reward", "reward"]

@@ -156,6 +156,16 @@ def test_a_step_is_written_once_two_steps_later_when_idle_or_at_the_end_and_neve
     assert derived(journal)[-1] == (3, 7.0) and derived(journal, "rollouts/length/max")[-1] == (3, 2.0)
 
 
+def test_validation_rows_are_kept_apart_from_the_series(journal):
+    body = rollout_batch(0, [1.0, 3.0])
+    val = encode_batch([(REC_ROLLOUTS, None, (0, 1.7e9, [{"prompt": "v", "completion": "w", "reward": 100.0,
+                                                          "split": "val"}]))])
+    ingest(journal, 1, body, 100.0)
+    ingest(journal, 2, val, 100.5)
+    ingest(journal, 3, rollout_batch(2, [0.0]), 101.0)
+    assert derived(journal) == [(0, 2.0)] and derived(journal, "rollouts/reward/max") == [(0, 3.0)]
+
+
 def test_an_undone_message_leaves_the_open_steps_as_they_were(journal):
     ingest(journal, 1, rollout_batch(0, [1.0]), 100.0)
     journal.begin()

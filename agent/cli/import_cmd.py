@@ -29,13 +29,22 @@ def add_parser(reader: Reader) -> None:
     i = reader("import", "bring an archived run back into an agent (same id, name, config and status), "
                          "or the runs of a TensorBoard logdir, W&B offline run folders or an MLflow file store",
                cmd_import)
-    i.add_argument("file", type=Path, metavar="FILE|FOLDER",
-                   help="a parquet file written by `pilothouse archive`, a folder of TensorBoard runs, a W&B run "
-                        "folder or a folder of them (wandb/), or an MLflow file store (mlruns/)")
+    i.add_argument("paths", type=Path, nargs="+", metavar="FILE|FOLDER",
+                   help="a parquet file written by `pilothouse archive`, a folder of TensorBoard runs or of an RL "
+                        "framework's runs (a TRL output_dir), a W&B run folder or a folder of them (wandb/), or an "
+                        "MLflow file store (mlruns/); with --run, the files and folders of one run")
     watch.add_project(i)
+    watch.add_run(i)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    if args.run is not None:  # the PATHs are one run's files, read once as `watch --run` follows them
+        return watch.follow(args, threading.Event(), once=True, logdirs=args.paths)
+    if len(args.paths) > 1:
+        print("pilothouse: import takes one FILE|FOLDER; several are the files of one run with --run NAME",
+              file=sys.stderr)
+        return EXIT_USAGE
+    args.file = args.paths[0]
     if args.file.is_dir():
         return _import_dir(args)
     if "tfevents" in args.file.name:

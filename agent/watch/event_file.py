@@ -21,6 +21,9 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.tensorflow_stub import errors
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
 
+from pilothouse.watch.sources import Read, size_of
+from pilothouse.watch.summaries import Summaries
+
 RECORD_OVERHEAD = 16  # the length (8 bytes) and its CRC (4) before the data, the data's CRC (4) after
 EVENT_FILE = "tfevents"  # in every event file's name (events.out.tfevents.<time>.<host>...)
 
@@ -114,3 +117,30 @@ class EventFileTail:
             self._handle.close()
         self._reader = self._handle = None
 
+
+class EventSource:
+    """A TensorBoard event file, decoded by the run's ``Summaries`` (shared by its event files)."""
+
+    def __init__(self, key: str, path: Path, offset: int, summaries: Summaries):
+        self.key, self.path = key, path
+        self._tail = EventFileTail(path, offset)
+        self._summaries = summaries
+
+    offset = property(lambda self: self._tail.offset)
+    damaged = property(lambda self: self._tail.damaged)
+    torn = property(lambda self: self._tail.torn)
+
+    def read(self, limit: int, now: float, eager: bool) -> Read:
+        out = Read()
+        for _, event in self._tail.read(limit):
+            decoded = self._summaries.decode(event)
+            out.said.extend(decoded.skipped)
+            out.config.update(decoded.config)
+            out.records.extend(decoded.records)
+        return out
+
+    def pending(self) -> bool:
+        return self._tail.offset < size_of(self.path) and not (self._tail.damaged or self._tail.torn)
+
+    def close(self) -> None:
+        self._tail.close()

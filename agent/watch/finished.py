@@ -55,18 +55,7 @@ class ForeignRun:
 
     def records(self) -> list[tuple]:
         """The run's metric records, the same ones every time for the same files."""
-        metrics = MetricRecords()
-        out = []
-        for step, wall_time, values in self.rows:
-            named = {}
-            for tag, value in values.items():
-                name = metrics.name(tag, self.skipped)
-                if name is not None:
-                    named[name] = value
-            record = metrics.record(step, wall_time, named, self.skipped)
-            if record is not None:
-                out.append(record)
-        return out
+        return MetricRecords().rows(self.rows, self.skipped)
 
 
 def source_of(path: Path) -> str | None:

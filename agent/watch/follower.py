@@ -1,8 +1,11 @@
-"""Logdirs followed into an agent: every folder holding event files is a run, sent the way a
-trainer sends (``Outbox``: numbered records, resent until acknowledged), so nothing is lost.
+"""Folders followed into an agent: every run ``layouts`` finds there (a framework's run folder, or a
+folder holding TensorBoard event files), or the one run ``--run NAME`` makes of the PATHs given, is
+sent the way a trainer sends (``Outbox``: numbered records, resent until acknowledged), so nothing
+is lost.  Each of a run's files is a ``sources`` source, read from the offset the agent holds.
 
-A run is named after its folder's path under the logdir; its id is fixed by the host and the
-folder, so a restarted watcher (or ``import`` run twice) continues the same run.  Records are read
+A run is named after its folder's path under the logdir (or by ``--run``); its id is fixed by the
+host and the folder (or the project and name), so a restarted watcher (or ``import`` run twice)
+continues the same run.  Records are read
 only while the agent keeps up (the files are the buffer), and what the agent acknowledged is kept
 in an owner-only state file (``offsets``).  A run the agent already has that the state file does
 not know is refused with a line saying so: sent again it would be numbered anew, and the agent
@@ -19,20 +22,23 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pilothouse.client import AgentUnavailable, Client
 from pilothouse.paths import watch_state_dir
 from pilothouse.security import Keyring
 from pilothouse.trainer.outbox import Outbox
-from pilothouse.watch.event_file import EventFileTail, is_event_file
 from pilothouse.watch.finished import MAX_UNACKED, MAX_UNACKED_BYTES, Say, watched_hello
+from pilothouse.watch.formats.trl import CompletionsSource
+from pilothouse.watch.layouts import EVENTS, LINES, TRL_FOLDER, FileSpec, RunSpec, discover, explicit
 from pilothouse.watch.offsets import RunState, WatchState
-from pilothouse.watch.summaries import Summaries
+from pilothouse.watch.points import MetricRecords
+from pilothouse.watch.sources import LineSource, Source, WholeSource
 from pilothouse.wire.checks import normal_name
 from pilothouse.wire.records import REC_METRICS
 
 POLL_S = 0.2  # new folders and appended events reach the agent well within a second
-READ_EVENTS = 20_000  # events read from one file per poll
+READ_RECORDS = 20_000  # events, lines or files read from one source per poll
 MAX_IMPORTING = 16  # runs an import sends at once (each has a sending thread); the others wait their turn
 SESSION = "tensorboard"  # a watched run's one stream: its numbering continues across watchers
 SEND_EVERY_S = 0.1  # a run's sending thread wakes this often (a trainer's: 0.02 s); many runs stay cheap
@@ -40,7 +46,7 @@ _FILE_TIME = re.compile(r"tfevents\.(\d{9,11})")
 
 
 class WatchError(ValueError):
-    """A logdir cannot be watched (missing, not a folder, its state held by another watcher)."""
+    """A folder cannot be watched (missing, not a folder, its state held by another watcher)."""
 
 
 @dataclass
@@ -52,12 +58,12 @@ class Counts:
 @dataclass
 class WatchedRun:
     id: str
-    name: str
-    folder: Path
+    spec: RunSpec
     outbox: Outbox
     state: RunState
-    summaries: Summaries
-    tails: dict[str, EventFileTail] = field(default_factory=dict)
+    metrics: MetricRecords = field(default_factory=MetricRecords)
+    summaries: Any = None  # its event files' Summaries, made with the first (tensorboard is loaded then)
+    sources: dict[str, Source] = field(default_factory=dict)
     next_seq: int = 0  # 0 until the agent's welcome says where the stream stands
     skip_file: str | None = None
     skip: int = 0
@@ -68,23 +74,48 @@ class WatchedRun:
     finished: bool = False
 
     @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
     def unacked(self) -> int:
         return self.next_seq - 1 - self.outbox.stats.acked_seq
 
+    def source(self, key: str, path: Path, spec: FileSpec) -> Source:
+        offset = self.state.offsets.get(key, 0)
+        if spec.how == EVENTS:
+            from pilothouse.watch.event_file import EventSource
+            from pilothouse.watch.summaries import Summaries
+
+            self.summaries = self.summaries or Summaries(self.state.plugins, self.metrics)
+            return EventSource(key, path, offset, self.summaries)
+        if spec.how == TRL_FOLDER:
+            return CompletionsSource(key, path, offset, self.metrics)
+        if spec.how == LINES:
+            return LineSource(key, path, offset, spec.fmt, self.metrics)
+        return WholeSource(key, path, offset, spec.fmt, self.metrics)
+
 
 class Logdir:
-    """One logdir's runs and state file."""
+    """One watched folder's runs and state file; ``run_name``: the PATHs are one run of that name."""
 
-    def __init__(self, path: Path, agent: str, project: str | None, state_dir: Path):
-        if not path.exists():
-            raise WatchError(f"{path} does not exist")
-        if not path.is_dir():
-            raise WatchError(f"{path} is a file, not a folder of TensorBoard runs (a LOGDIR holds event files "
-                             "in its folders)")
-        self.path = path.resolve()
+    def __init__(self, paths: list[Path], agent: str, project: str | None, state_dir: Path,
+                 run_name: str | None = None):
+        for path in paths:
+            if not path.exists():
+                raise WatchError(f"{path} does not exist")
+        if run_name is None and not paths[0].is_dir():
+            raise WatchError(f"{paths[0]} is a file, not a folder of runs (a LOGDIR holds event files in its "
+                             "folders, or a framework's run folders); to follow files as one run: --run NAME PATH...")
+        self.paths = [p.resolve() for p in paths]
+        self.path = self.paths[0] if run_name is None else Path(os.path.commonpath(self.paths))
+        self.run_name = run_name
         try:
             self.project = project or normal_name(self.path.name or "tensorboard", "project")
-            self.state = WatchState(state_dir, agent, self.path)
+            if run_name is not None:
+                self.run_name = normal_name(run_name, "run name")
+            where = str(self.path) if run_name is None else "\0".join(map(str, [self.project, run_name, *self.paths]))
+            self.state = WatchState(state_dir, agent, where)
         except (ValueError, OSError) as exc:
             raise WatchError(str(exc)) from None
         self.runs: dict[Path, WatchedRun] = {}
@@ -93,15 +124,12 @@ class Logdir:
         self.dirty = False  # the state changed since it was saved
         self.waiting = False  # an import left folders for later: MAX_IMPORTING runs were open
 
-    def folders(self) -> dict[Path, list[str]]:
-        """Every folder under the logdir that holds event files, with their names in order."""
-        found = {}
-        for folder, dirs, files in os.walk(self.path):
-            dirs.sort()
-            events = sorted(f for f in files if is_event_file(f))
-            if events:
-                found[Path(folder)] = events
-        return found
+    def found(self) -> dict[Path, RunSpec]:
+        """The runs and their files now (new files appear while a run is followed)."""
+        if self.run_name is None:
+            return discover(self.path)
+        run = explicit(self.paths, self.run_name)
+        return {run.root: run}
 
 
 class Watcher:
@@ -109,15 +137,17 @@ class Watcher:
     stop (``pilothouse import``)."""
 
     def __init__(self, logdirs: list[Path], agent: str, project: str | None = None, *, once: bool = False,
-                 say: Say = print, state_dir: Path | None = None, keys: Keyring | None = None):
+                 say: Say = print, state_dir: Path | None = None, keys: Keyring | None = None,
+                 run_name: str | None = None):
         self.agent = agent
         self.keys = keys
         self.once = once
         self.say = say
         self.logdirs: list[Logdir] = []
         try:
-            for path in logdirs:
-                self.logdirs.append(Logdir(path, agent, project, state_dir or watch_state_dir()))
+            groups = [logdirs] if run_name is not None else [[path] for path in logdirs]
+            for paths in groups:
+                self.logdirs.append(Logdir(paths, agent, project, state_dir or watch_state_dir(), run_name))
         except BaseException:
             self.close()
             raise
@@ -170,8 +200,8 @@ class Watcher:
             for run in logdir.runs.values():
                 if run.refused or run.finished:
                     continue
-                if not run.next_seq or run.unacked or any(t.offset < _size(t.path) and not (t.damaged or t.torn)
-                                                           for t in run.tails.values()):
+                if not run.next_seq or run.unacked or any(s.pending() for s in run.sources.values()) \
+                        or set(run.spec.files) - set(run.sources) - run.told:
                     done = False
                     continue
                 self._finish(run)
@@ -179,11 +209,11 @@ class Watcher:
         return done
 
     def _finish(self, run: WatchedRun) -> None:
-        for tail in run.tails.values():
-            if tail.torn and not tail.damaged:
-                self.say(f"{run.name}: {tail.path.name} ends in part of a record ({_size(tail.path) - tail.offset} "
+        for source in run.sources.values():
+            if source.torn and not source.damaged:
+                self.say(f"{run.name}: {source.path.name} ends in part of a record ({_size(source.path) - source.offset} "
                          "bytes: its writer stopped mid-record); everything before it was imported")
-            tail.close()
+            source.close()
         run.finished = True
         run.state.acked(run.outbox.stats.acked_seq)
         if not run.outbox.close(timeout=30):
@@ -198,11 +228,12 @@ class Watcher:
         failed = self._unconfirmed
         for logdir in self.logdirs:
             if not logdir.runs and not logdir.refused and not logdir.unchanged:
-                self.say(f"no TensorBoard event files under {logdir.path}, nor W&B run files (run-*.wandb) nor "
-                         "an MLflow file store (<experiment>/meta.yaml): nothing imported")
+                self.say(f"no TensorBoard event files under {logdir.path}, no file of an RL framework's (TRL "
+                         "completions, verl, NeMo RL, prime-rl, SkyRL, ART), nor W&B run files (run-*.wandb) nor an "
+                         "MLflow file store (<experiment>/meta.yaml): nothing imported")
                 failed += 1
             failed += len(logdir.refused) + sum(r.refused for r in logdir.runs.values())
-            failed += sum(t.damaged is not None for r in logdir.runs.values() for t in r.tails.values())
+            failed += sum(s.damaged is not None for r in logdir.runs.values() for s in r.sources.values())
         return 1 if failed else 0
 
     def close(self, timeout: float = 10.0) -> None:
@@ -215,8 +246,8 @@ class Watcher:
             for run in runs:
                 run.state.acked(run.outbox.stats.acked_seq)
                 run.outbox.stop()
-                for tail in run.tails.values():
-                    tail.close()
+                for source in run.sources.values():
+                    source.close()
             logdir.state.save()
             logdir.state.close()
         self.logdirs = []
@@ -226,24 +257,27 @@ class Watcher:
     def _discover(self, logdir: Logdir) -> None:
         known: set[str] | None = None  # the agent's runs, asked once per pass that finds a new folder
         logdir.waiting = False
-        for folder, files in logdir.folders().items():
-            if folder in logdir.runs or folder in logdir.refused or folder in logdir.unchanged:
+        for folder, spec in logdir.found().items():
+            if folder in logdir.runs:
+                logdir.runs[folder].spec = spec  # with the files it has now
+                continue
+            if folder in logdir.refused or folder in logdir.unchanged:
                 continue
             if self.once and sum(not r.refused and not r.finished for d in self.logdirs
                                  for r in d.runs.values()) >= MAX_IMPORTING:
                 logdir.waiting = True
                 return
-            rel = folder.relative_to(logdir.path).as_posix()
-            run_id = "tb-" + hashlib.sha256(f"{self.host}:{folder}".encode()).hexdigest()[:16]
+            where = folder if logdir.run_name is None else f"{logdir.project}/{logdir.run_name}"
+            run_id = ("fw-" if spec.framework else "tb-") + hashlib.sha256(f"{self.host}:{where}".encode()).hexdigest()[:16]
             try:
-                name = normal_name(logdir.path.name if rel == "." else rel, "run name")
+                name = normal_name(spec.name, "run name")
             except ValueError as exc:
                 self.say(f"{folder}: not watched: {exc}")
                 logdir.refused.add(folder)
                 continue
             state = logdir.state.runs.get(run_id)
-            if self.once and state is not None and state.seq and not state.chunks \
-                    and all(state.offsets.get(f) == _size(folder / f) for f in files):
+            if self.once and state is not None and state.seq and not state.chunks and not spec.framework \
+                    and all(state.offsets.get(k) == _size(p) for k, (p, _) in spec.files.items()):
                 self.say(f"{name} ({run_id}): imported before, nothing new in its files")
                 logdir.unchanged.add(folder)
                 continue
@@ -257,9 +291,9 @@ class Watcher:
                 continue
             if state is None:
                 state = logdir.state.runs[run_id] = RunState()
-            hello = watched_hello(run_id, logdir.project, name, SESSION, _created(folder, files), {}, state.token)
+            hello = watched_hello(run_id, logdir.project, name, SESSION, _created(spec), {}, state.token)
             outbox = Outbox(self.agent, hello, keys=self.keys, flush_interval=SEND_EVERY_S)
-            logdir.runs[folder] = WatchedRun(run_id, name, folder, outbox, state, Summaries(state.plugins))
+            logdir.runs[folder] = WatchedRun(run_id, spec, outbox, state)
             self.say(f"{'importing' if self.once else 'watching'} {name} ({run_id}) from {folder}")
 
     def _agent_runs(self) -> set[str]:
@@ -300,66 +334,70 @@ class Watcher:
         """New records of the run's files, each file's part noted in its state; None if nothing new."""
         if run.unacked > MAX_UNACKED or run.outbox.stats.buffered_bytes > MAX_UNACKED_BYTES:
             return None  # the agent is behind or away: the files wait
-        names = sorted(f for f in os.listdir(run.folder) if is_event_file(f)) if run.folder.is_dir() else []
+        keys = sorted(run.spec.files)
         if run.skip_file is not None:  # the agent stored these before the watch stopped: first
-            names = [run.skip_file, *(n for n in names if n != run.skip_file)]
+            keys = [run.skip_file, *(k for k in keys if k != run.skip_file)]
         out: list[tuple] = []
         read = False
-        for name in names:
-            tail = run.tails.get(name)
-            if tail is None:
-                tail = run.tails[name] = EventFileTail(run.folder / name, run.state.offsets.get(name, 0))
-            # the skipped records came from one read of at most READ_EVENTS events from this same offset
-            skip = run.skip if name == run.skip_file else 0
-            events = tail.read(READ_EVENTS)
-            if name == run.skip_file:
-                run.skip_file, run.skip = None, 0
-            if tail.damaged and name not in run.told:
-                run.told.add(name)
-                self.say(f"{run.name}: {tail.damaged}")
-            if not events:
+        now = time.time()
+        for key in keys:
+            if key not in run.spec.files:
                 continue
-            out.extend(self._records(run, [e for _, e in events], skip))
-            run.state.queued(run.next_seq + len(out) - 1, name, tail.offset)
+            source = run.sources.get(key)
+            if source is None:
+                path, spec = run.spec.files[key]
+                try:
+                    source = run.sources[key] = run.source(key, path, spec)
+                except ImportError:  # an event file, and no tensorboard: the run's other files are read
+                    if key not in run.told:
+                        run.told.add(key)
+                        self.say(f"{run.name}: {path.name} left out: reading TensorBoard event files needs "
+                                 "tensorboard: pip install 'pilothouse[tensorboard]'")
+                    continue
+            # the skipped records came from one read of at most READ_RECORDS from this same offset
+            skip = run.skip if key == run.skip_file else 0
+            got = source.read(READ_RECORDS, now, self.once)
+            if key == run.skip_file:
+                run.skip_file, run.skip = None, 0
+            for line in got.said:
+                self.say(f"{run.name}: {line}")
+            if source.damaged and key not in run.told:
+                run.told.add(key)
+                self.say(f"{run.name}: {source.damaged}")
+            if got.config:
+                run.config.update(got.config)
+                run.outbox.rehello({**run.outbox.hello, "config": dict(run.config)})
+            if run.summaries is not None:
+                run.state.plugins.update(run.summaries.plugins)
+            if not got.records:
+                continue
+            out.extend(self._count(run, got.records[skip:]))
+            run.state.queued(run.next_seq + len(out) - 1, key, source.offset)
             read = True
         if not read:
             return None
         run.next_seq += len(out)
         return out
 
-    def _records(self, run: WatchedRun, events: list, skip: int) -> list[tuple]:
-        """The events' records, less the first ``skip`` (the agent has them)."""
-        out = []
-        config = {}
-        for event in events:
-            decoded = run.summaries.decode(event)
-            for line in decoded.skipped:
-                self.say(f"{run.name}: {line}")
-            config.update(decoded.config)
-            for record in decoded.records:
-                if skip:
-                    skip -= 1
-                    continue
-                out.append(record)
-                if record[0] == REC_METRICS:
-                    run.counts.points += len(record[1])
-                    run.outbox.last_step = max(run.outbox.last_step, event.step)
-                else:
-                    run.counts.rollouts += len(record[2][2])
-        if config:
-            run.config.update(config)
-            run.outbox.rehello({**run.outbox.hello, "config": dict(run.config)})
-        run.state.plugins.update(run.summaries.plugins)
-        return out
+    def _count(self, run: WatchedRun, records: list[tuple]) -> list[tuple]:
+        for record in records:
+            if record[0] == REC_METRICS:
+                run.counts.points += len(record[1])
+                run.outbox.last_step = max(run.outbox.last_step, int.from_bytes(record[2][:8], "little", signed=True))
+            else:
+                run.counts.rollouts += len(record[2][2])
+        return records
 
 
-
-def _created(folder: Path, files: list[str]) -> float:
-    """When the run began: the time in its first event file's name, else that file's mtime."""
-    stamp = _FILE_TIME.search(files[0])
-    if stamp:
-        return float(stamp.group(1))
-    return (folder / files[0]).stat().st_mtime
+def _created(spec: RunSpec) -> float:
+    """When the run began: the time in its first event file's name, else its oldest file's mtime."""
+    paths = [p for p, _ in spec.files.values()]
+    for path in sorted(paths):
+        stamp = _FILE_TIME.search(path.name)
+        if stamp:
+            return float(stamp.group(1))
+    times = [p.stat().st_mtime for p in paths if p.exists()]
+    return min(times) if times else time.time()
 
 
 def _size(path: Path) -> int:

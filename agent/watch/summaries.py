@@ -16,12 +16,10 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.util import tensor_util
 
-from pilothouse.watch.points import MetricRecords
+from pilothouse.watch.points import MetricRecords, rollout_parts
 from pilothouse.wire.checks import INT64_MAX
-from pilothouse.wire.messages import MAX_INBOUND_BYTES, pack
-from pilothouse.wire.records import MAX_ROLLOUT_ROWS, REC_ROLLOUTS
+from pilothouse.wire.records import REC_ROLLOUTS
 
-MAX_ROLLOUT_BYTES = MAX_INBOUND_BYTES // 2 - 4096  # packed rows per record: one record always fits a batch
 HPARAMS_START = "_hparams_/session_start_info"
 # table columns that name a rollout's prompt, completion and reward (lower case), as frameworks write them
 _COLUMNS = {"prompt": ("prompt", "input", "question", "query", "instruction"),
@@ -47,9 +45,9 @@ class Summaries:
     """Decodes a run's events in order; it remembers each tag's plugin (TF2 writers name it once, on
     the tag's first value) and the metric names it has let through."""
 
-    def __init__(self, plugins: dict[str, str] | None = None):
+    def __init__(self, plugins: dict[str, str] | None = None, metrics: MetricRecords | None = None):
         self.plugins: dict[str, str] = dict(plugins or {})
-        self.metrics = MetricRecords()
+        self.metrics = metrics or MetricRecords()  # shared with the run's other files: one name check
 
     def decode(self, event: Event) -> Decoded:
         out = Decoded()
@@ -90,7 +88,7 @@ class Summaries:
         if not 0 <= step <= INT64_MAX:
             self.metrics.skip(out.skipped, f"step {step}", f"step {step} is negative: rollouts at it are left out")
             return
-        for part in _parts(rows):
+        for part in rollout_parts(rows):
             out.records.append((REC_ROLLOUTS, None, (step, wall_time, part)))
 
 
@@ -186,21 +184,3 @@ def _samples(text: str) -> list[dict] | None:
         if row:
             rows.extend(row)
     return rows or None
-
-
-def _parts(rows: list[dict]) -> list[list[dict]]:
-    """Rows in records of at most MAX_ROLLOUT_BYTES packed (all at the same step); a single row
-    larger than that is cut to fit."""
-    parts: list[list[dict]] = [[]]
-    size = 0
-    for row in rows:
-        row_size = len(pack(row))
-        if row_size > MAX_ROLLOUT_BYTES:
-            row = {k: v[: MAX_ROLLOUT_BYTES // (2 * len(row))] if isinstance(v, str) else v for k, v in row.items()}
-            row_size = len(pack(row))
-        if parts[-1] and (size + row_size > MAX_ROLLOUT_BYTES or len(parts[-1]) == MAX_ROLLOUT_ROWS):
-            parts.append([])
-            size = 0
-        parts[-1].append(row)
-        size += row_size
-    return parts

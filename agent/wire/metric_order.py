@@ -43,6 +43,7 @@ def by_importance(names: Iterable[str]) -> list[str]:
 _TOKENS = re.compile(r"[/_.\-]")
 _SPREAD = frozenset({"std", "stddev", "var", "variance"})  # how wide a value is, not how good
 _EXTREMES = frozenset({"min", "max", "minimum", "maximum"})
+_QUANTILE = re.compile(r"^p\d{1,2}$")  # the agent's rollouts/reward/p10 ...: one end of a distribution
 _REWARD_HEADS = ("reward", "reward/mean", "rewards/mean")  # the best headlines, best first
 
 
@@ -52,14 +53,16 @@ def _headline_rank(name: str) -> tuple[int, int, int, int, str] | None:
     (an exact mean first, min/max last), then a loss.  A spread (``reward_std``) or a fraction
     (``frac_reward_zero_std``) never heads a run: it says how noisy the reward is, not how good."""
     low = name.lower()
-    core = low.removeprefix("train/").removeprefix("train_")  # `train/loss` reads as `loss`
+    # `train/loss` reads as `loss`, the agent's `rollouts/reward/mean` as `reward/mean` (after the run's own)
+    core = low.removeprefix("train/").removeprefix("train_").removeprefix("rollouts/")
     tokens = set(_TOKENS.split(core))
+    extreme = bool(tokens & _EXTREMES) or any(_QUANTILE.match(t) for t in tokens)
     if tokens & _SPREAD or any(t.startswith("frac") for t in tokens):
         return None
     prefixed = int(core != low)
     if tokens & {"reward", "rewards"} and "loss" not in tokens:  # a reward model's loss is a loss
-        tier = _REWARD_HEADS.index(core) if core in _REWARD_HEADS else 4 if tokens & _EXTREMES else 3
-    elif "loss" in tokens and not tokens & _EXTREMES:
+        tier = _REWARD_HEADS.index(core) if core in _REWARD_HEADS else 4 if extreme else 3
+    elif "loss" in tokens and not extreme:
         tier = 5 if core == "loss" else 6
     else:
         return None

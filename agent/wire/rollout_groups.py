@@ -58,6 +58,12 @@ def length(row: dict) -> float | None:
     return None if value is None else float(len(chat.field_text(value)))
 
 
+def is_training(row: dict) -> bool:
+    """Whether a row is a training sample: validation and evaluation rows (``split``, as the watcher
+    marks a framework's val/eval dumps) are kept apart from the derived series."""
+    return row.get("split", "train") == "train"
+
+
 def is_agentic(row: dict) -> bool:
     """Whether the row's completion or trajectory is a chat (turns and tool calls are counted then)."""
     return chat.is_chat(row.get("completion")) or chat.is_chat(row.get("messages"))
@@ -127,7 +133,7 @@ class StepStats:
     spreads: tuple[tuple[str, float, float, int], ...] = ()  # (group, least reward, most, rewarded rows)
 
     def add(self, rows: Iterable[dict]) -> StepStats:
-        rows = list(rows)
+        rows = [row for row in rows if is_training(row)]
         rewards = [r for r in map(reward, rows) if r is not None]
         lengths = [n for n in map(length, rows) if n is not None]
         agentic = [_trajectory(row) for row in rows if is_agentic(row)]
