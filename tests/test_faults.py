@@ -339,9 +339,13 @@ def test_stalled_readers_bound_agent_memory_and_leave_step_time_alone(tmp_path, 
     mb = 1 / (1 << 20)
     growth = (rss_stalled - rss1) * mb
     unread = (FAST_STEPS * 10 - mute_points) * POINT_BYTES * mb
+    # the same run with no reader rose this far above idle at its peak (ingest batches, SQLite's cache, the
+    # allocator: 67.7 MB in one CI run); readers that take nothing may add no more than 16 MB to that, and the
+    # bound stays 16 MB below what they left unread, so an agent that held it would fail
+    allowance = max(RSS_BOUND_MB, min((rss_base - rss0) * mb + 16, unread - 16))
     print(f"\nagent RSS: idle {rss0 * mb:.1f} MB, peak during the run without reader {rss_base * mb:.1f} MB, "
           f"{rss1 * mb:.1f} MB after it; peak with stalled readers {rss_stalled * mb:.1f} MB (+{growth:.1f} MB, "
-          f"bound {RSS_BOUND_MB} MB; the mute reader left {unread:.0f} MB unread after {mute_pages} pages)")
+          f"bound {allowance:.1f} MB; the mute reader left {unread:.0f} MB unread after {mute_pages} pages)")
     print(f"trainer log() median: {base['median_us']:.2f} us without reader, {stalled['median_us']:.2f} us "
           f"with stalled readers; wall {base['log_s']:.1f}+{base['finish_s']:.1f} s vs "
           f"{stalled['log_s']:.1f}+{stalled['finish_s']:.1f} s (logging+finish); the slow reader had "
@@ -350,7 +354,7 @@ def test_stalled_readers_bound_agent_memory_and_leave_step_time_alone(tmp_path, 
     assert_no_trainer_loss(stalled)
     assert 0 < behind < FAST_STEPS, "the slow reader was not behind: nothing was tested"
     assert unread > RSS_BOUND_MB, "too little data left unread for the memory bound to mean anything"
-    assert growth < RSS_BOUND_MB, "the agent's memory grew with the data its stalled readers did not take"
+    assert growth < allowance, "the agent's memory grew with the data its stalled readers did not take"
     assert 1 <= mute_pages <= MuteReader.CREDIT + 1, "a reader got more pages than its credit (+1 for the sub)"
     assert stalled["median_us"] <= 2 * base["median_us"] + 2.0, "a stalled reader slowed the trainer's log()"
     assert not slow.is_alive(), f"the slow reader, read fast, got only {len(slow.steps)} of {FAST_STEPS} steps"
