@@ -7,10 +7,14 @@ row), ``prompt`` and ``completion`` (text, or lists of messages for a conversati
 float column per reward function (named for it), the ``log_extra`` columns, ``advantage``.
 
 Why a source of its own rather than a file each: the deques are never cleared, so consecutive files
-repeat samples, and the same step's file is written again (an eval log, the final log).  The
+repeat samples (all of them where a generation serves several logged steps, ``steps_per_generation``
+> ``logging_steps``), and the same step's file is written again (an eval log, the final log).  The
 completions folder is read as one stream: ``offset`` is the next file number to read, a file is
-read once it settled, and a row the file before it also holds (the same sample, the same fields)
-is not sent again; that earlier file is on disk, so a restarted watcher drops the same repeats.
+read once it settled, and the rows a file starts with that the file before it ends with (a deque
+keeps its newest samples: what a file repeats is the previous file's tail, in order) are not sent
+again; that earlier file is on disk, so a restarted watcher drops the same repeats.  Why the tail
+and not any row seen before: two samples may be equal (a short completion, a GRPO group that
+agrees), and a new one equal to an old one is still a new sample.
 TRL writes no total reward: ``reward`` is the sum of the reward columns (TRL's ``nansum`` with its
 default weights of 1), each also kept as ``rewards/<name>``.
 """
@@ -30,6 +34,15 @@ from pilothouse.watch.sources import SETTLE_S, Parsed, Read, records
 FILE = re.compile(r"^completions_(\d+)\.parquet$")
 FOLDER = "completions"
 _FIXED = ("step", "prompt", "completion", "advantage")
+
+
+def is_output_dir(folder: Path, dirs: list[str]) -> bool:
+    """Whether ``folder`` (holding the folders ``dirs``) is a TRL output_dir: its completions folder holds
+    completion files, or stands beside the TensorBoard callback's ``runs``.  Why not the files alone:
+    GRPOTrainer makes the folder in ``__init__``, the event files come at train begin and the first
+    completion file at the first log; a watcher looking in between would take ``runs/<date>_<host>``
+    for a run of its own, and the output_dir would be a second run with the same scalars."""
+    return FOLDER in dirs and ("runs" in dirs or bool(numbered(folder / FOLDER)))
 
 
 def numbered(folder: Path) -> list[tuple[int, Path]]:
@@ -77,6 +90,14 @@ def _key(sample: dict) -> str:
     return json.dumps(sample, sort_keys=True, default=str)
 
 
+def repeated(before: list[str], now: list[str]) -> int:
+    """How many of the rows ``now`` starts with are the ones ``before`` ends with: the longest such run."""
+    for n in range(min(len(before), len(now)), 0, -1):
+        if before[len(before) - n] == now[0] and before[len(before) - n:] == now[:n]:
+            return n
+    return 0
+
+
 class CompletionsSource:
     """A TRL ``completions`` folder, one stream of samples (see the module's docstring)."""
 
@@ -86,7 +107,7 @@ class CompletionsSource:
         self.key, self.path, self.offset, self._metrics = key, path, offset, metrics
         self.damaged: str | None = None
         self.torn = False
-        self._previous: tuple[int, set[str]] | None = None  # the last file read: its number and rows
+        self._previous: tuple[int, list[str]] | None = None  # the last file read: its number and rows' keys
 
     def read(self, limit: int, now: float, eager: bool) -> Read:
         out = Read()
@@ -106,26 +127,27 @@ class CompletionsSource:
                 out.said.append(f"{path} is not a TRL completions file ({exc}): left out")
                 self.offset = number + 1
                 continue
-            new = [r for r in rows if _key(r) not in seen]
+            keys = [_key(r) for r in rows]
+            new = rows[repeated(seen, keys):]
             at = number if step is None else step  # the file's name is its global step too
             records(Parsed(rollouts=[(at, path.stat().st_mtime, new)] if new else []), self._metrics, out)
-            self._previous = (number, {_key(r) for r in rows})
+            self._previous = (number, keys)
             self.offset = number + 1
             if len(out.records) >= limit:
                 break
         return out
 
-    def _seen_before(self, number: int) -> set[str]:
-        """The rows of the file before ``number``: read again from disk after a restart."""
+    def _seen_before(self, number: int) -> list[str]:
+        """The rows' keys of the file before ``number``: read again from disk after a restart."""
         if self._previous is not None and self._previous[0] < number:
             return self._previous[1]
         earlier = [p for n, p in numbered(self.path) if n < number]
         if not earlier:
-            return set()
+            return []
         try:
-            return {_key(r) for r in read_rows(earlier[-1])[1]}
+            return [_key(r) for r in read_rows(earlier[-1])[1]]
         except (OSError, ValueError):
-            return set()
+            return []
 
     def pending(self) -> bool:
         return any(n >= self.offset for n, _ in numbered(self.path)) and not self.torn
