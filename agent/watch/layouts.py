@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pilothouse.watch.formats import trl, verl
+from pilothouse.watch.formats import art, prime_rl, trl, verl
 
 EVENTS, LINES, WHOLE, TRL_FOLDER = "events", "lines", "whole", "trl"
 
@@ -51,6 +51,11 @@ class RunSpec:
 Rule = tuple[re.Pattern, Callable[[Path], bool], Callable[[Path], FileSpec | None]]
 RULES: list[Rule] = [
     (trl.FILE, lambda p: p.parent.name == trl.FOLDER, lambda p: FileSpec(TRL_FOLDER)),
+    (prime_rl.TRACES, prime_rl.is_traces, lambda p: FileSpec(LINES, prime_rl.Traces())),
+    (prime_rl.METRICS, lambda p: True, lambda p: FileSpec(LINES, prime_rl.Metrics()) if prime_rl.is_metrics_log(p)
+     else None),
+    (art.STEP_FILE, art.is_step_file, lambda p: FileSpec(WHOLE, art.Trajectories())),
+    (art.HISTORY, lambda p: True, lambda p: FileSpec(LINES, art.History()) if art.is_history(p) else None),
     (verl.STEP_FILE, lambda p: True, lambda p: FileSpec(WHOLE, verl.Generations())),
     (re.compile(r".*\.jsonl$"), lambda p: True, lambda p: FileSpec(LINES, verl.Scalars()) if verl.is_file_logger(p)
      else None),
@@ -72,6 +77,9 @@ def classify(path: Path) -> FileSpec | None:
 # framework run folders a bare ``watch DIR`` finds by themselves: (what marks one, the name of the layout)
 LAYOUTS: list[tuple[Callable[[Path, list[str], list[str]], bool], str]] = [
     (lambda folder, dirs, files: trl.FOLDER in dirs and bool(trl.numbered(folder / trl.FOLDER)), "TRL output_dir"),
+    (lambda folder, dirs, files: "rollouts" in dirs and prime_rl.has_steps(folder / "rollouts")
+     or "metrics.jsonl" in files and prime_rl.is_metrics_log(folder / "metrics.jsonl"), "prime-rl run folder"),
+    (lambda folder, dirs, files: art.FOLDER in dirs and art.has_step_files(folder / art.FOLDER), "ART model folder"),
 ]
 
 

@@ -93,6 +93,16 @@ def size_of(path: Path) -> int:
         return 0
 
 
+def first_object(path: Path) -> Any:
+    """The first line of a JSON-lines file, decoded (None if unreadable or not JSON): which framework's
+    log a ``.jsonl`` file is, where its name does not say, is in its first line."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+
+
 def records(parsed: Parsed, metrics: MetricRecords, out: Read) -> None:
     """A format's scalars and rows as records; a step the agent would refuse is left out, said once."""
     out.said.extend(parsed.said)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pilothouse.watch.formats.rows import row, scalars
-from pilothouse.watch.sources import Parsed
+from pilothouse.watch.sources import Parsed, first_object
 
 STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
 _VAL_FOLDER = re.compile(r"(^|[^a-z])(val|eval|validation)([^a-z]|$)", re.I)
@@ -30,11 +30,7 @@ _VAL_FOLDER = re.compile(r"(^|[^a-z])(val|eval|validation)([^a-z]|$)", re.I)
 
 def is_file_logger(path: Path) -> bool:
     """Whether ``path``'s first line is a file-logger line, ``{"step": N, "data": {...}}``."""
-    try:
-        with open(path, "rb") as f:
-            first = json.loads(f.readline())
-    except (OSError, ValueError):
-        return False
+    first = first_object(path)
     return isinstance(first, dict) and set(first) == {"step", "data"} and isinstance(first["data"], dict)
 
 
