@@ -16,6 +16,7 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.util import tensor_util
 
+from pilothouse.watch.formats import openrlhf
 from pilothouse.watch.points import MetricRecords, rollout_parts
 from pilothouse.wire.checks import INT64_MAX
 from pilothouse.wire.records import REC_ROLLOUTS
@@ -119,7 +120,8 @@ def _hparams(content: bytes) -> dict[str, Any]:
 
 def text_rollouts(array: Any) -> list[dict] | None:
     """Rollout rows from a text summary's strings: a markdown table, a 2-D table whose first row
-    names the columns, or verl's "### Sample" blocks; None when it holds no prompt/completion table."""
+    names the columns, verl's "### Sample" blocks or OpenRLHF's "Sample: ... Reward: x" text; None
+    when it holds none of them."""
     cells = [[_str(c) for c in row] for row in array] if array.ndim == 2 else None
     if cells is not None and len(cells) > 1:
         return _rows(cells[0], cells[1:])
@@ -127,7 +129,7 @@ def text_rollouts(array: Any) -> list[dict] | None:
         return None
     texts = [_str(t) for t in array.reshape(-1)]
     for text in texts:
-        rows = _markdown_table(text) or _samples(text)
+        rows = _markdown_table(text) or _samples(text) or openrlhf.sample_rows(text)
         if rows:
             return rows
     return None
