@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pilothouse.watch.formats import art, prime_rl, trl, verl
+from pilothouse.watch.formats import art, nemo_rl, prime_rl, skyrl, trl, verl
 
 EVENTS, LINES, WHOLE, TRL_FOLDER = "events", "lines", "whole", "trl"
 
@@ -56,6 +56,8 @@ RULES: list[Rule] = [
      else None),
     (art.STEP_FILE, art.is_step_file, lambda p: FileSpec(WHOLE, art.Trajectories())),
     (art.HISTORY, lambda p: True, lambda p: FileSpec(LINES, art.History()) if art.is_history(p) else None),
+    (nemo_rl.STEP_FILE, lambda p: True, lambda p: FileSpec(WHOLE, nemo_rl.StepData())),
+    (skyrl.FILE, skyrl.is_eval_file, lambda p: FileSpec(WHOLE, skyrl.Evals())),
     (verl.STEP_FILE, lambda p: True, lambda p: FileSpec(WHOLE, verl.Generations())),
     (re.compile(r".*\.jsonl$"), lambda p: True, lambda p: FileSpec(LINES, verl.Scalars()) if verl.is_file_logger(p)
      else None),
@@ -80,6 +82,10 @@ LAYOUTS: list[tuple[Callable[[Path, list[str], list[str]], bool], str]] = [
     (lambda folder, dirs, files: "rollouts" in dirs and prime_rl.has_steps(folder / "rollouts")
      or "metrics.jsonl" in files and prime_rl.is_metrics_log(folder / "metrics.jsonl"), "prime-rl run folder"),
     (lambda folder, dirs, files: art.FOLDER in dirs and art.has_step_files(folder / art.FOLDER), "ART model folder"),
+    (lambda folder, dirs, files: nemo_rl.has_step_files(files) or bool(nemo_rl.EXP_FOLDER.match(folder.name))
+     and "tensorboard" in dirs, "NeMo RL log dir"),
+    (lambda folder, dirs, files: skyrl.FOLDER in dirs and skyrl.has_evals(folder / skyrl.FOLDER),
+     "SkyRL export_path"),
 ]
 
 
@@ -137,8 +143,35 @@ def explicit(paths: list[Path], name: str) -> RunSpec:
     run = RunSpec(root if root.is_dir() else root.parent, name, framework=True)
     for path in paths:
         path = path.resolve()
-        _add_files(run, _files(path, _walk(path)) if path.is_dir() else [path])
+        if path.is_dir():
+            _add_files(run, _files(path, _walk(path)))
+        elif classify(path) is None and _first_line(path):  # named, and no reader knows it: said, not passed over
+            run.add(path, FileSpec(WHOLE, Unknown()))
+        else:
+            _add_files(run, [path])
     return run
+
+
+class Unknown:
+    """A file named with ``--run`` that no reader knows (once its first line is whole: a file-logger file
+    just made is empty): refused with a line saying so rather than left out unsaid."""
+
+    name = "known framework's"
+
+    def file(self, path: Path) -> Any:
+        first = _first_line(path)[:120]
+        raise ValueError(f"no reader knows its first line, {first!r}: a verl file-logger line is "
+                         '{"step": N, "data": {...}}; the README lists the files each framework writes')
+
+
+def _first_line(path: Path) -> str:
+    """``path``'s first line if it is whole (ends in a newline), else ''."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline(1 << 20)
+    except OSError:
+        return ""
+    return line.decode("utf-8", "replace").rstrip("\n") if line.endswith(b"\n") else ""
 
 
 def _name(logdir: Path, folder: Path) -> str:

@@ -10,8 +10,11 @@ as its JSON text rather than dropped, and a chat the agent would refuse as its J
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from pilothouse.watch.sources import Parsed
 from pilothouse.wire import chat
 from pilothouse.wire.checks import SCALARS
 
@@ -60,3 +63,21 @@ def scalars(values: dict[str, Any]) -> dict[str, float]:
     """The numbers of a flat map of metrics (a null, text or a list left out; NaN and ±Inf kept)."""
     return {k: float(v) for k, v in values.items()
             if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def samples(path: Path, needs: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """A step file's samples, a JSON object a line, with their line numbers: one without the fields
+    ``needs`` is a ValueError naming its line (the file is not of the format its name says)."""
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            sample = json.loads(line)
+            if not isinstance(sample, dict) or not set(needs) <= set(sample):
+                raise ValueError(f"line {n} has no {' and '.join(needs)}")
+            yield n, sample
+
+
+def at_step(path: Path, step: int, rows: list[dict[str, Any]]) -> Parsed:
+    """A step file's rows at ``step``, at the file's time (the frameworks write none per sample)."""
+    return Parsed(rollouts=[(step, path.stat().st_mtime, rows)] if rows else [])
