@@ -54,9 +54,8 @@ def numbered(folder: Path) -> list[tuple[int, Path]]:
 
 
 def _plain(value: Any) -> Any:
-    """A parquet cell as plain Python: numpy arrays and scalars to lists and numbers."""
-    if hasattr(value, "tolist"):
-        value = value.tolist()
+    """A nested parquet cell (chat messages) less the struct fields a message lacks: pyarrow gives every
+    message of a column all the keys any of them has (``tool_calls: None`` beside a plain answer)."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items() if v is not None or k in ("content",)}
     if isinstance(value, list):
@@ -73,9 +72,11 @@ def read_rows(path: Path) -> tuple[int | None, list[dict]]:
     if not {"prompt", "completion"} <= set(columns):
         raise ValueError("no prompt and completion columns")
     rewards = [c for c in columns if c not in _FIXED and str(table.schema.field(c).type) in ("double", "float")]
+    nested = {c for c in columns if table.schema.field(c).type.num_fields}  # lists, structs: the rest is plain
     out, steps = [], set()
     for sample in table.to_pylist():
-        sample = {k: _plain(v) for k, v in sample.items()}
+        if nested:
+            sample = {k: _plain(v) if k in nested else v for k, v in sample.items()}
         steps.add(sample.get("step"))
         values = [sample[c] for c in rewards if isinstance(sample[c], float) and not math.isnan(sample[c])]
         fields = {(f"rewards/{c}" if c in rewards else c): v for c, v in sample.items()}
@@ -133,7 +134,7 @@ class CompletionsSource:
             records(Parsed(rollouts=[(at, path.stat().st_mtime, new)] if new else []), self._metrics, out)
             self._previous = (number, keys)
             self.offset = number + 1
-            if len(out.records) >= limit:
+            if out.records:  # a file's rows per read: see ROLLOUT_READS in pilothouse.watch.follower
                 break
         return out
 
