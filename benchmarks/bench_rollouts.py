@@ -374,13 +374,14 @@ def agent_cost(kind: str, steps: int, code: Path | None) -> tuple[float, int]:
     ours = os.environ.pop("PYTHONPATH", None)
     if code is not None:  # the agent subprocess inherits it: the other commit's package comes first
         os.environ["PYTHONPATH"] = str(code)
+    agent = AgentProcess()
     try:
-        agent = AgentProcess().start()
+        agent.start()
     finally:
         os.environ.pop("PYTHONPATH", None)
         if ours is not None:
             os.environ["PYTHONPATH"] = ours
-    with agent:
+    try:  # not ``with agent``: that would start a second one
         run = ph.init(project="bench", name=f"cost-{kind}", agent=agent.url)
         cpu0 = agent.cpu_seconds()
         for b, part in enumerate(parts):
@@ -392,6 +393,8 @@ def agent_cost(kind: str, steps: int, code: Path | None) -> tuple[float, int]:
             stored = db.execute("SELECT SUM(n) FROM journal WHERE kind=?", [KIND_ROLLOUTS]).fetchone()[0]
             derived = db.execute("SELECT COUNT(*) FROM journal WHERE rank=?", [MAX_RANKS]).fetchone()[0]
         cpu = agent.cpu_seconds() - cpu0
+    finally:
+        agent.stop()
     assert stored == steps * 4 * ROWS, (stored, steps)
     return cpu / stored * 1e6, derived
 
