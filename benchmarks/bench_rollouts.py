@@ -18,7 +18,7 @@ of each kind (common, uncommon and rare words, and prompt-only searches), its p5
 Generated files go to a temporary folder and are deleted.
 
     python benchmarks/bench_rollouts.py [--sizes 100000,300000,1000000] [--repeats 7] [--peer-max 1000000]
-    python benchmarks/bench_rollouts.py --chat [--rows 10000000] [--queries 40] [--repeats 3]
+    python benchmarks/bench_rollouts.py --chat [--rows 10000000] [--queries 40] [--repeats 3] [--before e03d57c]
 """
 
 from __future__ import annotations
