@@ -143,8 +143,11 @@ class RolloutSearch:
         query = f"prompt : ({fts_query(words)})" if in_prompt else fts_query(words)
         if not 1 <= limit <= MAX_SEARCH_HITS:
             raise ValueError(f"limit must be from 1 to {MAX_SEARCH_HITS}, got {limit}")
-        low, high = self.db.execute(f"SELECT MIN(key), MAX(key) FROM rollout_batches WHERE {self._where}",
-                                    list(scope)).fetchone()
+        # two subqueries, each one seek on the (scope, key) index: MIN and MAX in one SELECT read every batch
+        # row of the run (17 ms at 10 M rollouts, 0.01 ms so)
+        low, high = self.db.execute(f"SELECT (SELECT MIN(key) FROM rollout_batches WHERE {self._where}), "
+                                    f"(SELECT MAX(key) FROM rollout_batches WHERE {self._where})",
+                                    [*scope, *scope]).fetchone()
         if low is None:
             return [], None
         ceiling = min(before if before is not None else 1 << 62, (high + 1) << ROW_BITS)
