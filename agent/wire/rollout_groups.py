@@ -55,7 +55,7 @@ def length(row: dict) -> float | None:
     if tokens is not None:
         return tokens
     value = row.get("completion") if row.get("completion") is not None else row.get("messages")
-    return None if value is None else float(len(chat.field_text(value)))
+    return None if value is None else float(chat.text_length(value))
 
 
 def is_training(row: dict) -> bool:
