@@ -142,17 +142,17 @@ def runs(tmp_path_factory):
     watcher = watch(tmp, agent.url, text)
     text_proc = train(tmp, text, agent.url, go=str(tmp / "go"))
     chat_proc = train(tmp, chat, agent.url)
+    client = agent.client()
     try:
-        client = agent.client()
         # the watcher read the first logged steps: killed mid-run, no goodbye, and started again
-        wait_until(lambda: (r := run_of(client, "text")) and stored_rows(client, r["id"]), timeout=60,
+        wait_until(lambda: (r := run_of(client, "text")) and stored_rows(client, r["id"]), timeout=120,
                    interval=0.2, what="the live watcher's first rollouts")
         os.kill(watcher.pid, signal.SIGKILL)
         watcher.wait()
         watcher = watch(tmp, agent.url, text)
         (tmp / "go").touch()
-        finish(text_proc, timeout=90)
-        finish(chat_proc, timeout=90)
+        finish(text_proc, timeout=180)
+        finish(chat_proc, timeout=180)
         expected = len(samples(text)[1])
         points = len(scalars(text)["train/reward"])
         wait_until(lambda: len(stored_rows(client, run_of(client, "text")["id"])) >= expected
@@ -166,6 +166,7 @@ def runs(tmp_path_factory):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        client.close()
         agent.stop()
 
 
