@@ -35,7 +35,7 @@ from pilothouse.watch.offsets import RunState, WatchState
 from pilothouse.watch.points import MetricRecords
 from pilothouse.watch.sources import LineSource, Source, WholeSource
 from pilothouse.wire.checks import normal_name
-from pilothouse.wire.records import REC_METRICS
+from pilothouse.wire.records import REC_METRICS, REC_ROLLOUTS
 
 POLL_S = 0.2  # new folders and appended events reach the agent well within a second
 READ_RECORDS = 20_000  # events, lines or files read from one source per poll
@@ -43,6 +43,10 @@ MAX_IMPORTING = 16  # runs an import sends at once (each has a sending thread); 
 SESSION = "tensorboard"  # a watched run's one stream: its numbering continues across watchers
 SEND_EVERY_S = 0.1  # a run's sending thread wakes this often (a trainer's: 0.02 s); many runs stay cheap
 _FILE_TIME = re.compile(r"tfevents\.(\d{9,11})")
+# rollout records (up to 4 MB each) one poll queues at most: the outbox packs what its queue holds and
+# halves a batch too big for a frame, so a backlog of files queued at once (an import of a few hundred
+# steps' dumps) was packed again and again, its cost growing with the square of the backlog
+ROLLOUT_READS = 2
 
 
 class WatchError(ValueError):
@@ -334,7 +338,7 @@ class Watcher:
         """New records of the run's files, each file's part noted in its state; None if nothing new."""
         if run.unacked > MAX_UNACKED or run.outbox.stats.buffered_bytes > MAX_UNACKED_BYTES:
             return None  # the agent is behind or away: the files wait
-        keys = sorted(run.spec.files)
+        keys = sorted(run.spec.files, key=_in_step_order)
         if run.skip_file is not None:  # the agent stored these before the watch stopped: first
             keys = [run.skip_file, *(k for k in keys if k != run.skip_file)]
         out: list[tuple] = []
@@ -374,6 +378,8 @@ class Watcher:
             out.extend(self._count(run, got.records[skip:]))
             run.state.queued(run.next_seq + len(out) - 1, key, source.offset)
             read = True
+            if sum(r[0] == REC_ROLLOUTS for r in out) >= ROLLOUT_READS:
+                break  # the rest next poll, at once
         if not read:
             return None
         run.next_seq += len(out)
@@ -387,6 +393,21 @@ class Watcher:
             else:
                 run.counts.rollouts += len(record[2][2])
         return records
+
+
+def _in_step_order(key: str) -> tuple[list, list]:
+    """A file's key as its files' steps go: numbers as numbers, by the file's name first, then its path.
+
+    Why: the agent finds a step's rollouts by a binary search over arrival order (a trainer logs its
+    steps in order), and a backlog of files (an import, a watcher started late) is read in this order.
+    As text, verl's ``10.jsonl`` comes before
+    ``2.jsonl`` (its step files are not zero padded), and its validation dump of a step sits in
+    another folder than the training dumps around it."""
+    return _numbers(key.rsplit("/", 1)[-1]), _numbers(key)
+
+
+def _numbers(text: str) -> list:
+    return [int(part) if n % 2 else part for n, part in enumerate(re.split(r"(\d+)", text))]
 
 
 def _created(spec: RunSpec) -> float:

@@ -78,7 +78,7 @@ def classify(path: Path) -> FileSpec | None:
 
 # framework run folders a bare ``watch DIR`` finds by themselves: (what marks one, the name of the layout)
 LAYOUTS: list[tuple[Callable[[Path, list[str], list[str]], bool], str]] = [
-    (lambda folder, dirs, files: trl.FOLDER in dirs and bool(trl.numbered(folder / trl.FOLDER)), "TRL output_dir"),
+    (lambda folder, dirs, files: trl.is_output_dir(folder, dirs), "TRL output_dir"),
     (lambda folder, dirs, files: "rollouts" in dirs and prime_rl.has_steps(folder / "rollouts")
      or "metrics.jsonl" in files and prime_rl.is_metrics_log(folder / "metrics.jsonl"), "prime-rl run folder"),
     (lambda folder, dirs, files: art.FOLDER in dirs and art.has_step_files(folder / art.FOLDER), "ART model folder"),
