@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support.processes import AgentProcess
+from support.processes import AgentProcess, run_cli
 from support.rl_dumps import all_series
 from support.runs import run_of
 from support.sockets import free_port
@@ -180,3 +180,22 @@ def test_files_not_verls_are_refused_and_change_nothing(agent_proc, tmp_path):
                                                                                                     [0.5, 0.75])}
     assert series["rollouts/reward/mean"] == ([1], [1.0])  # the agent's, of step 1's row alone
     assert rows_by_step(client, run["id"]) == {1: [{"prompt": "q", "completion": "a", "reward": 1.0, "gts": "1"}]}
+
+
+def test_a_backlog_of_unpadded_step_files_goes_in_step_order(agent_proc, tmp_path):
+    """verl's {step}.jsonl are not zero padded (10.jsonl sorts before 2.jsonl as text); the agent finds a
+    step's rollouts by a binary search over arrival order, and derives rollouts/* at each step in order."""
+    dumps = tmp_path / "rollout_data"
+    dumps.mkdir()
+    for step in range(1, 13):
+        with open(dumps / f"{step}.jsonl", "w") as f:  # as verl 0.9.1's _write_generations writes a line
+            for i in range(2):
+                f.write(json.dumps({"input": f"q{i}", "output": f"a{step}", "gts": "x", "score": float(step),
+                                    "step": step}, ensure_ascii=False, default=str) + "\n")
+    done = run_cli("import", "--run", "ordered", str(dumps), "--agent", agent_proc.url, "--project", "order",
+                   env={"PILOTHOUSE_DATA": str(tmp_path / "ph-import")})
+    assert done.returncode == 0, done.stderr
+    with agent_proc.client() as client:
+        run = run_of(client, "ordered")
+        assert [row["completion"] for row in client.rollouts(run["id"], step=3)[0]["rows"]] == ["a3", "a3"]
+        assert client.series(run["id"], "rollouts/reward/mean")[0].tolist() == list(range(1, 13))
