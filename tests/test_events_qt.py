@@ -84,15 +84,9 @@ def test_events_of_several_selected_runs_are_merged_in_time_order_and_named(wind
             assert stamps == sorted(stamps)  # one journal, oldest first
             assert {line.split(": ", 1)[0] for line in lines} == {label[:-2] for label in labels}
 
-            def first_alone() -> bool:  # one run again: the plain lines of `pilothouse events`
-                text = w.events.toPlainText()
-                if text.startswith("twin") or "paused at step" in text:
-                    # the pause's new status resets the table, which may re-sort under the click (issue 34,
-                    # item 6, still open): the click is made again on the row that holds the run now
-                    w.table.selectRow(rows()[ids[0]])
-                    return False
-                return bool(text)
-            qtbot.waitUntil(first_alone, timeout=10000)
+            w.table.selectRow(rows()[ids[0]])  # one run again: the plain lines of `pilothouse events`
+            qtbot.waitUntil(lambda: not w.events.toPlainText().startswith("twin"), timeout=5000)
+            assert "paused at step" not in w.events.toPlainText()
             for run_id in ids:
                 c.command(run_id, "stop", wait=10)
         for t in trainers:
