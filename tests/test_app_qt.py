@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from support.dialogs import answer_next_box  # noqa: E402
 from support.processes import finish, start_trainer  # noqa: E402
 
 from pilothouse.client import Client  # noqa: E402
@@ -65,6 +66,7 @@ def test_live_run_is_listed_charted_and_paused_from_the_ui(window, qtbot, tmp_pa
             assert next(r for r in c.runs() if r["id"] == run_id)["last_step"] == step  # it really holds
         w.actions["resume"].trigger()
         qtbot.waitUntil(lambda: "resumed at step" in w.statusBar().currentMessage(), timeout=15000)
+        answer_next_box("Stop", [])  # stop asks first (tests/test_app_stop_qt.py)
         w.actions["stop"].trigger()
         finish(trainer)
     finally:

@@ -60,6 +60,7 @@ from .system import SystemPanel
 from .theme import apply_theme
 
 REDRAW_MS = 30
+STOP_NAMES = 5  # a stop confirmation names this many runs, then "and N more"
 RESIZE_S = 2.0  # the run table's columns fit grown values (a longer step) at most this often
 EMPTY = ("No agents yet: run `pilothouse agent` on a node, then add it here (Agents → Add agent…, "
          "e.g. tcp://127.0.0.1:7766).")
@@ -374,9 +375,26 @@ class MainWindow(QMainWindow):
         if watched:  # the agent refuses them too; said here without a round trip
             self.statusBar().showMessage(how_to_steer(watched[0][1]), 15000)
             keys = [k for k in keys if k not in watched]
+        if command == "stop" and keys and not self.confirm_stop(keys):
+            self.statusBar().showMessage("stop cancelled: nothing sent", 5000)
+            return
         for agent_url, run_id in keys:
             self.calls.call(agent_url, lambda c, run=run_id: c.command(run, command, who={"client": "gui"}), command)
         self.statusBar().showMessage(f"{command}: waiting for the trainer's answer…")
+
+    def confirm_stop(self, keys: Sequence[RunKey]) -> bool:
+        """Stop ends a run for good (pause does not), so it asks first, naming the runs; Cancel is
+        the default so that Enter or a stray click keeps them running."""
+        names = [row.name if (row := self.runs.row(k)) is not None else k[1] for k in keys]
+        more = len(names) - STOP_NAMES
+        shown = ", ".join(names[:STOP_NAMES]) + (f" and {more} more" if more > 0 else "")
+        box = QMessageBox(QMessageBox.Icon.Warning, "Stop runs" if len(keys) > 1 else "Stop run",
+                          f"Stop {shown}?\n\nStopping ends a run for good; Pause holds it and Resume goes on.",
+                          QMessageBox.StandardButton.Cancel, self)
+        stop = box.addButton("Stop", QMessageBox.ButtonRole.DestructiveRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is stop
 
     def _on_answer(self, command: str, ok: bool, answer: Any) -> None:
         if not ok:
