@@ -51,6 +51,7 @@ from .calls import Calls
 from .charts import ChartsPanel
 from .config import ConfigPanel
 from .export import export_chart_png, export_run_csv
+from .help import ShortcutsDialog, show_about
 from .job_offers import JobOffers
 from .rollouts import RolloutsPanel
 from .runs_table import COLUMNS, RunsHeader, RunsTableModel
@@ -187,6 +188,8 @@ class MainWindow(QMainWindow):
         files.addSeparator()
         files.addAction(QAction("&Remove run from this app…", self, triggered=lambda: self.remove_from_app()))
         files.addAction(QAction("Clean &up store…", self, triggered=lambda: self.clean_up_store()))
+        files.addSeparator()
+        files.addAction(QAction("&Quit", self, shortcut=QKeySequence("Ctrl+Q"), triggered=self.close))
         agents = self.menuBar().addMenu("&Agents")
         agents.addAction(QAction("&Add agent…", self, shortcut=QKeySequence("Ctrl+N"), triggered=self._ask_agent))
         agents.addAction(QAction("&Remove agent…", self, triggered=self._forget_agent))
@@ -198,8 +201,13 @@ class MainWindow(QMainWindow):
         for i, name in enumerate(("Charts", "System", "Rollouts", "Config", "Events", "Alerts"), start=1):
             view.addAction(QAction(name, self, shortcut=QKeySequence(f"Alt+{i}"),
                                    triggered=lambda _=False, i=i: self.tabs.setCurrentIndex(i - 1)))
-        self.filter_shortcut = QAction(self, shortcut=QKeySequence("Ctrl+F"), triggered=self.filter.setFocus)
+        self.filter_shortcut = QAction("Filter runs", self, shortcut=QKeySequence("Ctrl+F"),
+                                       triggered=self.filter.setFocus)
         self.addAction(self.filter_shortcut)
+        helps = self.menuBar().addMenu("&Help")
+        helps.addAction(QAction("&Keyboard shortcuts", self, shortcut=QKeySequence("F1"),
+                                triggered=lambda: ShortcutsDialog(self).exec()))
+        helps.addAction(QAction("&About Pilothouse", self, triggered=lambda: show_about(self)))
         self.status_label = QLabel()
         self.statusBar().addPermanentWidget(self.status_label)
 
