@@ -145,7 +145,7 @@ def main() -> None:
     nodes = sorted(agents)
     config = {"lr": 3e-3, "kl_coef": 0.05, "temperature": 1.0, "workers": args.workers}
     run = ph.init(project="examples", name="ray-grpo", config=config,  # rank 0, on the driver's node agent
-                  tunable={"lr": {"min": 0.0, "max": 1.0}, "temperature": {"min": 0.05, "max": 5.0}})
+                  tunable={"lr": {"above": 0.0, "max": 1.0}, "temperature": {"min": 0.05, "max": 5.0}})
     learner = Learner.options(scheduling_strategy=spread(0, nodes)).remote(run.id, run.token, 1, config["lr"],
                                                                            config["kl_coef"])
     workers = [RolloutWorker.options(scheduling_strategy=spread(i + 1, nodes)).remote(run.id, run.token, i + 2, 1.0)

@@ -69,6 +69,8 @@ def test_pause_set_and_checkpoint_reach_the_trainer(tmp_path, agent_proc):
         wait_until(lambda: client.series(run_id, "lr")[1][-1] == 1e-3, timeout=20, what="the new lr in the log")
         assert client.series(run_id, "temperature")[1][-1] == 0.5
         assert client.command(run_id, "set", {"group_size": 4})["state"] == "rejected"  # frozen
+        row = client.command(run_id, "set", {"lr": 0})  # would freeze training: the safe range holds
+        assert row["state"] == "rejected" and "must be greater than 0" in str(row), row
 
         row = client.command(run_id, "checkpoint")
         assert row["state"] == "applied", row

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     run = ph.init(project=args.project, name=args.name, agent=args.agent, id=args.id,
                      config={"lr": args.lr, "kl_coef": args.kl_coef, "temperature": args.temperature,
                              "group_size": args.group, "seed": args.seed},
-                     tunable={"lr": {"min": 0.0, "max": 1.0}, "kl_coef": {"min": 0.0, "max": 10.0},
+                     tunable={"lr": {"above": 0.0, "max": 1.0}, "kl_coef": {"min": 0.0, "max": 10.0},
                               "temperature": {"min": 0.05, "max": 5.0}})
     print(run.id, flush=True)
 
