@@ -5,6 +5,7 @@ learning_rate (the optimizer's groups and the LR schedule's base), weight_decay,
 the rest of the training arguments is shown, not tunable.  For TRL's GRPOTrainer, and for the
 callback with no run of your own (``PilothouseCallback()``), see examples/trl_grpo.py.
 
+    pip install -e '.[hf,torch]'                 # what it needs: transformers, accelerate, torch
     python examples/hf_trainer.py [--steps 200] [--agent URL]
     pilothouse set hf-trainer learning_rate=1e-4 max_grad_norm=0.5
     pilothouse pause hf-trainer && pilothouse checkpoint hf-trainer   # checkpoint-N at the paused step

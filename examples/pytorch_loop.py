@@ -1,5 +1,6 @@
 """A plain PyTorch loop with Pilothouse: metrics, live lr, pause, checkpoints, stop.
 
+    pip install -e '.[torch]'                    # what it needs: torch
     python examples/pytorch_loop.py [--steps 500] [--agent URL]
     pilothouse set pytorch-loop lr=0.01     # the optimizer follows at the next step
 """

@@ -1,5 +1,6 @@
 """Three lines of Pilothouse in a training loop (a toy reward curve, no GPU needed).
 
+    pip install -e .                       # nothing else needed
     python examples/quickstart.py          # starts the local agent if none is running
     pilothouse runs                        # the run, its status and last values
     pilothouse tail quickstart             # live metrics while it runs

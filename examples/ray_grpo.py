@@ -1,5 +1,6 @@
 """GRPO on Ray, steerable from the app: a driver, rollout actors, a learner actor (the demo's toy task).
 
+    pip install -e '.[ray,torch]'                # what it needs: ray, torch
     python examples/ray_grpo.py [--address auto] [--workers 2] [--steps 300]
 
 ``pilothouse.ray.start_agents()`` puts an agent on every node; each actor's ``ph.init()`` finds the

@@ -1,5 +1,6 @@
 """Multi-rank: every rank calls ph.init and run.sync; all ranks pause, change lr and stop together.
 
+    pip install -e '.[torch]'                    # what it needs: torch (torchrun comes with it)
     torchrun --nproc_per_node 2 examples/torchrun_ddp.py [--steps 300] [--agent URL]
     pilothouse pause ddp      # every rank holds at the same step
 """

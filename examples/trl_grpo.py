@@ -1,6 +1,7 @@
 """TRL's GRPOTrainer steered by Pilothouse, on a CPU and offline: a tiny Llama built from a config
 and a character tokenizer built in code, so nothing is downloaded.
 
+    pip install -e '.[trl,torch]'                # what it needs: trl, transformers, datasets, torch
     python examples/trl_grpo.py [--steps 300] [--agent URL]
     pilothouse set trl-grpo temperature=0.7 reward_weights/brevity=0.5    # the next generation uses them
     pilothouse pause trl-grpo && pilothouse checkpoint trl-grpo            # saved at the paused step

@@ -22,6 +22,7 @@ from support.sockets import as_owner, free_port
 
 import pilothouse as ph
 from pilothouse.cli import main
+from pilothouse.version import __version__
 
 
 def in_process(capsys, *args: str) -> tuple[int, str, str]:
@@ -294,3 +295,8 @@ def test_runs_json_survives_any_stored_config(agent_proc):
     r = run_cli("runs", "--json", "--agent", agent_proc.url, "--timeout", "5", timeout=20)
     assert "Traceback" not in r.stderr, r.stderr[-800:]
     assert r.returncode == 0
+
+
+def test_version_prints_the_package_version():
+    r = run_cli("--version", timeout=20)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"pilothouse {__version__}\n", "")

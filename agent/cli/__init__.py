@@ -25,6 +25,7 @@ from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, Command, positive
 from pilothouse.client import AgentError
 from pilothouse.security import ENV_KEYS, SecurityError
 from pilothouse.text import printable, url_arg
+from pilothouse.version import __version__
 from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT
 
 
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pilothouse", description="Watch and steer training runs.")
+    p.add_argument("--version", action="version", version=f"pilothouse {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     default_agent = os.environ.get(ENV_AGENT) or DEFAULT_URL
     keys_arg = argparse.ArgumentParser(add_help=False)
