@@ -19,13 +19,19 @@ from pilothouse.gui.palette import PALETTE  # noqa: E402
 N = 200_000
 
 
-@pytest.fixture
-def chart(qtbot):
+def _shown(qtbot) -> ChartWidget:
+    """An empty chart, 600 x 400, on screen."""
     widget = ChartWidget()
     qtbot.addWidget(widget)
     widget.resize(600, 400)
     widget.show()
     qtbot.waitExposed(widget)
+    return widget
+
+
+@pytest.fixture
+def chart(qtbot):
+    widget = _shown(qtbot)
     x = np.arange(N, dtype=float)
     y = np.sin(x / 5000)
     y[123_457] = 50.0
@@ -246,3 +252,28 @@ def test_group_band_on_a_log_axis_leaves_out_what_log_cannot_place(grouped):
     assert np.array_equal(np.isnan(lo), np.isnan(hi)) and np.isnan(lo[xs_drawn < 499]).all()
     assert np.nanmax(hi) == pytest.approx(np.log10(40.0)) and np.nanmin(lo) == pytest.approx(np.log10(0.5))
     grouped.set_log_y(False)
+
+
+def test_log_y_says_how_many_points_it_cannot_draw(qtbot):
+    widget = _shown(qtbot)
+    x = np.arange(100, dtype=float)
+    y = np.linspace(0.01, 1.0, 100)
+    y[[10, 20, 30]] = [0.0, -1.0, -5.0]  # KL-like: rare values a log axis cannot place
+    y[40] = np.nan  # a gap, not a value ≤ 0: ticked by the markers, not counted here
+    widget.add_curve("kl")
+    widget.append("kl", x, y)
+    widget.flush()
+    assert not widget.hidden_label.isVisible()  # linear y draws them all
+    widget.set_log_y(True)
+    widget.flush()
+    assert widget.hidden_label.isVisible() and widget.hidden_label.toPlainText() == "3 points ≤ 0 not shown (log y)"
+    widget.setXRange(15, 50, padding=0)  # only what the view shows counts
+    widget.flush()
+    assert widget.hidden_label.toPlainText() == "2 points ≤ 0 not shown (log y)"
+    widget.set_hidden("kl", True)  # a hidden curve hides nothing more
+    widget.flush()
+    assert not widget.hidden_label.isVisible()
+    widget.set_hidden("kl", False)
+    widget.set_log_y(False)
+    widget.flush()
+    assert not widget.hidden_label.isVisible()

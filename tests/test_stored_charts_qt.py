@@ -275,3 +275,24 @@ def test_a_long_run_resumed_on_the_same_node_is_drawn_from_each_attempts_tiers(q
     chart.flush()
     xs, ys = curve.raw.getData()  # followed: the curve and its extent reach the new points
     assert xs.max() == times3[-1] and -7.0 in ys and curve.series.x_range() == (times1[0], times3[-1])
+
+
+def test_log_y_on_a_curve_read_from_the_tiers_says_at_least_how_many_points_it_hides(qtbot, store):
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(1200, 800)
+    panel.show()
+    panel.model.stored_points = 50_000  # loss is read from the tiers: its view holds column extremes only
+    panel.show_runs([KEY], store)
+    chart = panel.charts["loss"]
+    assert isinstance(chart.curves["r1"].series, StoredSeries)
+    panel.log_y.setChecked(True)
+    chart.flush()
+    text = chart.hidden_label.toPlainText()
+    assert chart.hidden_label.isVisible() and text.startswith("at least ") and text.endswith("≤ 0 not shown (log y)")
+    shown = int(text.split()[2])
+    real = int(np.count_nonzero(np.sin(np.arange(N) / 5000.0) <= 0))
+    assert 0 < shown <= real  # a lower bound, never more than there are
+    lr = panel.charts["lr"]  # 0.1 everywhere: nothing hidden, nothing said
+    lr.flush()
+    assert not lr.hidden_label.isVisible()

@@ -98,6 +98,9 @@ class ChartWidget(pg.PlotWidget):
         self.readout_label = pg.TextItem(anchor=(0, 0))
         plot.addItem(self._vline, ignoreBounds=True)
         plot.addItem(self.readout_label, ignoreBounds=True)
+        self.hidden_label = pg.TextItem(anchor=(1, 1))  # on log y: how many points ≤ 0 it cannot draw
+        self.hidden_label.setParentItem(self._vb)  # in the view's pixels: a fixed corner, whatever the range
+        self.hidden_label.hide()
         self.scene().sigMouseMoved.connect(self._mouse_moved)
         self._built = True
         self.restyle()
@@ -180,6 +183,7 @@ class ChartWidget(pg.PlotWidget):
             for item in (band.lo_edge, band.hi_edge, band.fill):
                 item.setVisible(not hidden)
         self._vb.updateAutoRange()
+        self.schedule_redraw()  # what it hid on a log axis no longer counts
 
     def hidden(self, name: str) -> bool:
         return not self.curves[name].raw.isVisible()
@@ -188,6 +192,7 @@ class ChartWidget(pg.PlotWidget):
         """Colors of the current theme: background, axes, title, readout, alert labels."""
         style_plot(self)
         self.readout_label.setColor(current().chart_fg)
+        self.hidden_label.setColor(current().dim_text)
         self.set_alert_marks(self._alert_marks)
 
     def changeEvent(self, event: QtCore.QEvent) -> None:
@@ -304,12 +309,45 @@ class ChartWidget(pg.PlotWidget):
             bad.append(curve.series.nonfinite(x0, x1))
         for band in self.drawn_bands():
             self._draw_band(band, x0, x1, pixels)
+        self._show_hidden(x0, x1)
         marks = np.concatenate(bad) if bad else np.empty(0)
         if len(marks) and x1 > x0:  # one tick per pixel column is enough
             column = np.floor((marks - x0) / (x1 - x0) * pixels)
             marks = marks[np.unique(column, return_index=True)[1]]
         self._marker_x = marks
         self._place_markers()
+
+    def hidden_points(self, x0: float, x1: float) -> tuple[int, bool]:
+        """Points of the shown curves in [x0, x1] that a log y axis cannot draw (≤ 0), and whether that
+        is exact: a curve held in memory counts its points; one read from tiers only what its view
+        shows (each pixel column's min and max), so its count is a lower bound."""
+        n, exact = 0, True
+        for curve in self.curves.values():
+            if not curve.raw.isVisible():
+                continue
+            series = curve.series
+            if isinstance(series, Series):
+                a = np.searchsorted(series.x, min(x0, x1), "left")
+                ys = series.y[a:np.searchsorted(series.x, max(x0, x1), "right")]
+            else:
+                ys = curve.shown[1] if curve.shown is not None else np.empty(0)
+            with np.errstate(invalid="ignore"):
+                hidden = int(np.count_nonzero(ys <= 0))
+            n += hidden
+            exact = exact and (isinstance(series, Series) or not hidden)  # a column's min > 0: none there
+        return n, exact
+
+    def _show_hidden(self, x0: float, x1: float) -> None:
+        """On a log y axis, say how many points it leaves out: values ≤ 0 must not vanish silently."""
+        log_y = any(c.raw.opts["logMode"][1] for c in self.curves.values())  # the plot's, whoever set it
+        n, exact = self.hidden_points(x0, x1) if log_y else (0, True)
+        if not n:
+            self.hidden_label.hide()
+            return
+        self.hidden_label.setText(f"{'' if exact else 'at least '}{n} point{'' if n == 1 else 's'} ≤ 0 not shown "
+                                  "(log y)")
+        self.hidden_label.setPos(self._vb.width() - 4, self._vb.height() - 4)
+        self.hidden_label.show()
 
     def drawn_bands(self) -> Iterator[Band]:
         """The bands a frame draws: each group's (one read from its runs' tiers with the frame just read)."""
