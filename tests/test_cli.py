@@ -109,19 +109,27 @@ def test_init_without_url_starts_the_default_local_agent(tmp_path):
     env_backup = os.environ.get("PILOTHOUSE_DATA")
     os.environ["PILOTHOUSE_DATA"] = str(tmp_path / "data")
     try:
-        trainer = start_trainer(tmp_path, """
-run = ph.init(project="auto", name="started-for-me")
+        body = """
+run = ph.init(project="auto", name=ARGS[0])
 for s in range(100):
     run.log({"x": float(s)}, step=s)
 print(run.finish(timeout=30), flush=True)
-""", "unused")
-        assert finish(trainer).strip() == "True"
+"""
+        out, err = start_trainer(tmp_path, body, "unused", "started-for-me").communicate(timeout=60)
         with Client(DEFAULT_URL) as c:
             info = c.ping()
             try:
+                assert out.strip() == "True", err
+                said = [line for line in err.splitlines() if "background agent" in line]
+                assert said == [f"pilothouse: started a background agent on {DEFAULT_URL} (pid {info['pid']}, data in "
+                                f"{tmp_path / 'data' / 'agent'}); it keeps running after this script, stop it with "
+                                f"`kill {info['pid']}`"], err
                 run = next(r for r in c.runs() if r["name"] == "started-for-me")
                 assert run["status"] == "finished" and run["last_step"] == 99
                 assert (tmp_path / "data" / "agent" / "journal.sqlite").exists()
+                out, err = start_trainer(tmp_path, body, "unused", "reuses-it", name="second").communicate(timeout=60)
+                assert out.strip() == "True" and "agent" not in err, err  # the running agent: nothing to say
+                assert c.ping()["pid"] == info["pid"]
             finally:
                 os.kill(info["pid"], signal.SIGTERM)  # the agent this test caused to start
         wait_until(lambda: _gone(info["pid"]), what="the autostarted agent to stop")
