@@ -115,3 +115,20 @@ def pair(a_rows: Sequence[Row], b_rows: Sequence[Row]) -> list[Pair]:
         out.append((row, match))
     out.extend((None, row) for row in b_rows if id(row) not in used)
     return out
+
+
+Place = tuple[tuple[int, Pair], int]  # a line, and which of the lines equal to it (identical rows repeat)
+
+
+def place(lines: Sequence[tuple[int, Pair]], i: int) -> Place:
+    """Line ``i`` as the live table can find it again once rebuilt: its step and rows (reloaded rows
+    are equal, not the same objects) and its rank among equal lines, never its index, which moves
+    when rows arrive or are sorted."""
+    return lines[i], sum(1 for line in lines[:i] if line == lines[i])
+
+
+def same_line(lines: Sequence[tuple[int, Pair]], where: Place) -> int | None:
+    """The index of the line at ``where`` in rebuilt ``lines``; None when it is no longer shown."""
+    line, rank = where
+    found = [i for i, other in enumerate(lines) if other == line]
+    return found[rank] if rank < len(found) else None

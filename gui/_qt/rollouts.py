@@ -12,6 +12,10 @@ below the table, the selected line reads as a transcript (``.transcript``), besi
 GRPO groups (``.rollout_groups``) and its prompt at every step it was sampled (``.prompt_history``,
 one bounded search of the local store per selection); the step's rewards are a histogram beside
 the table (``.reward_histogram``).
+
+Live steps never move what is being read: the selected line is found again by its step and rows
+(not its table index) whenever the table is rebuilt, and "follow latest" (on until the user picks a
+line or moves to an older step) decides whether a new step is shown or only grows the slider.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtGui import QDoubleValidator
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QHeaderView,
@@ -40,7 +45,7 @@ from pilothouse.wire.entries import KIND_ROLLOUTS, Entry
 
 from ..local_store import LocalStore
 from ..models import RunKey, run_labels
-from ..rollouts import Pair, Query, Row, hit_pairs, merge_steps, pair
+from ..rollouts import Pair, Place, Query, Row, hit_pairs, merge_steps, pair, place, same_line
 from ..transcript import sections
 from .prompt_history import HistoryView
 from .reward_histogram import RewardHistogram
@@ -66,11 +71,15 @@ class RolloutsPanel(QWidget):
         self._next: dict[RunKey, int | None] = {}  # where each run's next search page begins
         self._loaded: dict[tuple[RunKey, int], list[Row]] = {}  # steps' rows read since the last refresh
         self._context: int | None = None  # the step the group view and histogram show
+        self._restoring = False  # a selection put back after a rebuild: not the user's pick
 
         self.slider = QSlider(Qt.Horizontal, minimum=0, maximum=0)
         self.slider.valueChanged.connect(self._on_slider)
         self.step_box = QSpinBox(minimum=0, maximum=0, keyboardTracking=False, toolTip="step")
         self.step_box.valueChanged.connect(self._on_step_box)
+        self.follow = QCheckBox("follow latest", checked=True,
+                                toolTip="show each new step as it arrives; off once you pick a line or an older step")
+        self.follow.toggled.connect(self._on_follow)
         self.step_info = QLabel()  # the shown step's rows and mean reward per run, from the store's step list
         self.search = QLineEdit(placeholderText="search prompts and completions (all steps)…", clearButtonEnabled=True)
         self.reward_min = QLineEdit(placeholderText="min reward", validator=QDoubleValidator(), maximumWidth=90)
@@ -97,7 +106,7 @@ class RolloutsPanel(QWidget):
         self.groups = GroupsView()
         self.groups.picked.connect(self._show_member)
         self.history = HistoryView()
-        self.history.picked.connect(self._show_line)
+        self.history.picked.connect(self._pick_line)
         self.hint = QLabel("Select a run that logs rollouts (run.log_rollouts); select two to compare them.",
                            alignment=Qt.AlignCenter)
 
@@ -105,6 +114,7 @@ class RolloutsPanel(QWidget):
         steps.addWidget(QLabel("step"))
         steps.addWidget(self.slider)
         steps.addWidget(self.step_box)
+        steps.addWidget(self.follow)
         steps.addWidget(self.step_info)
         filters = QHBoxLayout()
         filters.addWidget(self.search, 1)
@@ -157,7 +167,8 @@ class RolloutsPanel(QWidget):
         self.refresh()
 
     def add_entries(self, agent: str, entries: list[Entry]) -> None:
-        """Live rollout batches of the shown runs; a panel showing the latest step follows new ones."""
+        """Live rollout batches of the shown runs: with "follow latest" on the newest step is shown,
+        else only the slider grows; the selected line stays selected either way."""
         floor = self.seen.get(agent)
         grown = {(agent, e.run) for e in entries if e.kind == KIND_ROLLOUTS and (agent, e.run) in self.step_rows
                  and (floor is None or e.id > floor)}
@@ -169,7 +180,7 @@ class RolloutsPanel(QWidget):
         self._loaded = {k: rows for k, rows in self._loaded.items() if k[0] not in grown}
         added = {s for key in grown for s, n, _ in self.step_rows[key] if before[key].get(s) != n}
         shown = self.current_step()
-        self._update_steps(follow=shown == (self._steps[-1] if self._steps else None))
+        self._update_steps(follow=self.follow.isChecked())
         if self.current_step() == shown and shown not in added and not self.words():
             return  # the table is unchanged: keep the user's selection and detail pane
         self.refresh()
@@ -208,10 +219,16 @@ class RolloutsPanel(QWidget):
             w.blockSignals(False)
 
     def _on_slider(self, i: int) -> None:
+        if i != len(self._steps) - 1:  # a reader went back to an older step: stop following
+            self.follow.setChecked(False)
         self.step_box.blockSignals(True)
         self.step_box.setValue(self._steps[i] if self._steps else 0)
         self.step_box.blockSignals(False)
         self.refresh()
+
+    def _on_follow(self, on: bool) -> None:
+        if on and self._steps:
+            self.slider.setValue(len(self._steps) - 1)
 
     def _on_step_box(self, step: int) -> None:
         self.set_step(step)
@@ -281,6 +298,8 @@ class RolloutsPanel(QWidget):
         return " · ".join(parts)
 
     def _show_lines(self, *_: object) -> None:
+        """Rebuild the table from what is loaded, the selected line selected again if still there."""
+        selected = self.selected_line()
         query = self.query()
         step = self.current_step()
         lines: list[Line] = []
@@ -307,6 +326,18 @@ class RolloutsPanel(QWidget):
         self.detail.show_sections([])
         self.history.clear()
         self._show_context(None if self.words() else step, again=True)
+        at = same_line(self.model.lines, selected) if selected is not None else None
+        if at is not None:
+            self._restoring = True
+            try:
+                self.table.selectRow(at)
+            finally:
+                self._restoring = False
+
+    def selected_line(self) -> Place | None:
+        """Where the selected line is, to select it again after a rebuild (see ``rollouts.place``)."""
+        rows = self.table.selectionModel().selectedRows()
+        return place(self.model.lines, rows[0].row()) if rows else None
 
     def _show_context(self, step: int | None, again: bool = False) -> None:
         """The group view and histogram of ``step`` (the step shown; when searching, the selected
@@ -323,6 +354,8 @@ class RolloutsPanel(QWidget):
         of the local store per selection)."""
         if not current.isValid():
             return
+        if not self._restoring:  # the user picked a line to read: new steps must not move it
+            self.follow.setChecked(False)
         step, (a, b) = self.model.lines[current.row()]
         self._show_line((step, (a, b)))
         self._show_context(step)
@@ -331,6 +364,10 @@ class RolloutsPanel(QWidget):
             first = a if a is not None else b
             self.history.load(self.store, self.keys, self.model.names, self.model.slots, first.get("prompt"))
 
+    def _pick_line(self, line: Line) -> None:
+        self.follow.setChecked(False)
+        self._show_line(line)
+
     def _show_line(self, line: Line) -> None:
         step, pair_ = line
         self.detail.show_sections(sections(step, list(zip(self.model.names, pair_))))
@@ -338,6 +375,7 @@ class RolloutsPanel(QWidget):
     def _show_member(self, run: int, row: Row) -> None:
         """A group's row clicked: that run's row of the step the groups show."""
         if self._context is not None:
+            self.follow.setChecked(False)
             sides: Pair = (row, None) if run == 0 else (None, row)
             self._show_line((self._context, sides))
 
