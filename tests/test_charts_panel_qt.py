@@ -142,3 +142,26 @@ def test_runs_grouped_by_a_name_pattern_and_a_bad_pattern_says_why(qtbot, tmp_pa
     assert panel.group_note.isVisible() and "bad name pattern" in panel.group_note.text()
     assert set(panel.charts["reward"].curves) == {"r0", "r1", "r2", "r3"}  # drawn ungrouped, nothing lost
     store.close()
+
+
+def test_axes_are_titled_the_smoothing_says_its_value_and_search_keeps_its_width(qtbot, store):
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    panel.show_runs([KEY], store)
+    plot = panel.charts["loss"].getPlotItem()
+    assert plot.getAxis("bottom").labelText == "step" and plot.getAxis("left").labelText == "loss"
+    assert plot.getAxis("bottom").label.isVisible()
+    panel.x_axis.setCurrentIndex(panel.x_axis.findText("wall time"))
+    plot = panel.charts["loss"].getPlotItem()  # the charts are made anew for the other axis
+    assert plot.getAxis("bottom").labelText == "wall time" and plot.getAxis("left").labelText == "loss"
+    panel.x_axis.setCurrentIndex(panel.x_axis.findText("step"))
+    assert panel.charts["reward"].getPlotItem().getAxis("bottom").labelText == "step"
+
+    assert panel.smoothing_value.text() == "0.00"
+    panel.smoothing.setValue(60)
+    assert panel.smoothing_value.text() == "0.60"
+
+    panel.resize(300, 600)  # far narrower than its controls: the box still fits a metric name
+    qtbot.waitUntil(lambda: panel.search.width() > 0)
+    assert panel.search.width() >= panel.search.fontMetrics().horizontalAdvance("rollouts/reward/mean")

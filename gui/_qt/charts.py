@@ -13,6 +13,8 @@ model and draws what it holds.
 
 from __future__ import annotations
 
+import html
+
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
@@ -44,6 +46,7 @@ from .legend import RunLegend
 
 COLUMNS = 2
 CHART_HEIGHT = 240
+SEARCH_ROOM = "rollouts/reward/mean"  # the search box is never narrower than this text
 BAND_MS = 1000  # a group's band is recomputed from its runs' points at most this often
 
 
@@ -67,6 +70,8 @@ class ChartsPanel(QWidget):
         self.search = QLineEdit(placeholderText="search charts… (words or a glob: rewards/*)",
                                 clearButtonEnabled=True)
         self.search.textChanged.connect(self._layout)
+        # a crowded row of controls must not squeeze the box to a letter: a metric name stays readable
+        self.search.setMinimumWidth(self.search.fontMetrics().horizontalAdvance(SEARCH_ROOM))
         self.show_constant = QCheckBox("show constant charts")
         self.show_constant.toggled.connect(self._layout)
         self.steering = QCheckBox("steering", checked=True, toolTip="mark where each run applied a command "
@@ -75,6 +80,10 @@ class ChartsPanel(QWidget):
         self.folded = QLabel(wordWrap=True)
         self.smoothing = QSlider(Qt.Horizontal, minimum=0, maximum=99, value=0, toolTip="EMA smoothing")
         self.smoothing.valueChanged.connect(self._restyle)
+        self.smoothing_value = QLabel(toolTip="EMA smoothing")  # a slider alone hides what it is set to
+        self.smoothing_value.setMinimumWidth(self.smoothing_value.fontMetrics().horizontalAdvance("0.00 "))
+        self.smoothing.valueChanged.connect(self._show_smoothing)
+        self._show_smoothing()
         self.log_y = QCheckBox("log y")
         self.log_y.toggled.connect(self._restyle)
         self.x_axis = QComboBox()
@@ -82,7 +91,7 @@ class ChartsPanel(QWidget):
             self.x_axis.addItem(axis.value, axis)
         self.x_axis.currentIndexChanged.connect(self._axis_changed)
         controls = QHBoxLayout()
-        for widget in (QLabel("smoothing"), self.smoothing, self.log_y, QLabel("x:"), self.x_axis, QLabel("group:"),
+        for widget in (QLabel("smoothing"), self.smoothing, self.smoothing_value, self.log_y, QLabel("x:"), self.x_axis, QLabel("group:"),
                        self.group_box, self.name_pattern):
             controls.addWidget(widget)
         controls.addWidget(self.search, 1)
@@ -223,6 +232,8 @@ class ChartsPanel(QWidget):
         if len(self.charts) > 1:  # zoom and pan one chart, all follow
             chart.setXLink(next(iter(self.charts.values())))
         chart.setMinimumHeight(CHART_HEIGHT)
+        chart.setLabel("bottom", self.model.axis.value)  # "step" or "wall time": what x is, said on the chart
+        chart.setLabel("left", html.escape(metric))  # pyqtgraph reads labels as rich text
         self._title(metric)
         menu = chart.getPlotItem().getViewBox().menu  # right-click on the chart
         action = menu.addAction("Pin to top / unpin")
@@ -295,6 +306,9 @@ class ChartsPanel(QWidget):
     def _restyle(self, *_: object) -> None:
         for chart in self.charts.values():
             self._style(chart)
+
+    def _show_smoothing(self, *_: object) -> None:
+        self.smoothing_value.setText(f"{self.smoothing.value() / 100:.2f}")
 
     def _style(self, chart: ChartWidget) -> None:
         chart.set_smoothing(self.smoothing.value() / 100)
