@@ -33,6 +33,21 @@ INT_FIELDS = ("for_steps", "window")
 FLOAT_FIELDS = ("threshold", "pct", "seconds", "util")
 NOTIFY_GRACE = 30.0  # seconds an alert may predate the app's start (clock skew) and still notify
 RECENT = 200  # alert events kept for the Alerts tab's "recent" list
+# What the Rules list says while an agent has none: a new user meets the tab empty, and an empty
+# table teaches nothing (what a rule is, what it does, where rules come from).
+NO_RULES = (
+    "No alert rules on this agent yet.\n\n"
+    "A rule is a condition the agent checks on its runs (every run, or one), even with the app closed: "
+    "on a metric (nonfinite: it became NaN or ±Inf; above / below: past a threshold for some "
+    "consecutive steps; drop: a % fall from its recent best) or on the run (stale: no heartbeat for "
+    "some seconds; gpu_idle: its GPU idle). When the condition holds the rule fires: the run gets a ⚠ "
+    "badge and a line on its charts, you get a notification, and the rule may pause the run (pause) "
+    "or run a hook (exec, from the agent's --alerts file only).\n\n"
+    "Add one here with the Add… button above, or from a terminal:\n"
+    "    pilothouse alerts add kl-high above metric=kl threshold=5 for_steps=3 pause=true [--run RUN]\n"
+    "A trainer can bring its own: pilothouse.init(..., alerts=[{\"name\": \"nan\", \"kind\": \"nonfinite\", "
+    "\"pause\": True}]); an agent reads a file of them: pilothouse agent --alerts rules.toml."
+)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSystemTrayIcon
-from support.processes import AgentProcess, finish, start_trainer
+from support.processes import AgentProcess, finish, run_cli, start_trainer
 from support.sockets import free_port
 
 from pilothouse.client import Client
@@ -117,6 +117,32 @@ def test_rule_form_checks_fields_before_sending(qtbot):
     dialog.accept()
     assert dialog.rule == {"name": "kl-high", "kind": "above", "metric": "kl", "threshold": 0.5, "pause": True}
     assert dialog.run == "r1"
+
+
+def test_no_rules_explains_what_a_rule_is_and_how_to_add_one_then_the_list_replaces_it(window, qtbot, agent_proc):
+    w = window([agent_proc.url])
+    panel = w.alerts
+    with qtbot.waitSignal(panel.calls.answered, timeout=10000) as answer:
+        w.tabs.setCurrentWidget(panel)  # the rules are asked for when the tab is shown
+    assert answer.args[1] and answer.args[2]["rules"] == []
+    assert panel.no_rules.isVisible() and not panel.rules_table.isVisible()
+    text = panel.no_rules.text()
+    assert f"the {panel.add_button.text()} button" in text  # the button named as it is labelled
+    for words in ("NaN", "threshold", "notification", "pause the run", "run a hook", "alerts=[", "--alerts rules.toml"):
+        assert words in text, words
+    command = next(line.strip() for line in text.splitlines() if line.strip().startswith("pilothouse alerts add"))
+    words = command.replace("[--run RUN]", "").split()[1:]
+    done = run_cli(*words, "--agent", agent_proc.url)  # the command shown works as written
+    assert done.returncode == 0 and "added kl-high" in done.stdout, done.stderr
+    panel.refresh_rules()
+    qtbot.waitUntil(lambda: panel.rules_table.isVisible(), timeout=10000)
+    assert not panel.no_rules.isVisible() and panel.rules_table.item(0, 0).text() == "kl-high"
+    assert panel.rules_table.item(0, 4).text().endswith("metric=kl threshold=5 for_steps=3 pause")
+    with Client(agent_proc.url) as client:
+        client.remove_alert("kl-high")
+    panel.refresh_rules()
+    qtbot.waitUntil(lambda: panel.no_rules.isVisible(), timeout=10000)  # the last rule gone: explained again
+    assert panel.rules == [] and not panel.rules_table.isVisible()
 
 
 def test_rules_are_listed_added_and_removed_off_the_ui_thread(window, qtbot, agent_proc):

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSplitter,
+    QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -35,7 +36,7 @@ from PySide6.QtWidgets import (
 from pilothouse.client import Client
 from pilothouse.text import printable
 
-from ..alerts import FLOAT_FIELDS, INT_FIELDS, KIND_FIELDS, KINDS, AlertBook, rule_from_form, rule_text
+from ..alerts import FLOAT_FIELDS, INT_FIELDS, KIND_FIELDS, KINDS, NO_RULES, AlertBook, rule_from_form, rule_text
 from ..models import RunKey
 from .calls import Calls
 from .theme import current, is_restyle, qcolor
@@ -128,6 +129,13 @@ class AlertsPanel(QWidget):
         self.add_button = QPushButton("Add…", clicked=self.add_rule)
         self.remove_button = QPushButton("Remove", clicked=self.remove_rule)
         self.status = QLabel(wordWrap=True, textFormat=Qt.TextFormat.PlainText)  # agent text is never markup
+        # no rules: what a rule is and how to add one, in place of an empty table (selectable: the command copies)
+        self.no_rules = QLabel(NO_RULES, wordWrap=True, textFormat=Qt.TextFormat.PlainText,
+                               alignment=Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.no_rules.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.rules_view = QStackedWidget()
+        self.rules_view.addWidget(self.no_rules)
+        self.rules_view.addWidget(self.rules_table)
         bar = QHBoxLayout()
         bar.addWidget(QLabel("agent"))
         bar.addWidget(self.agent, 1)
@@ -136,7 +144,7 @@ class AlertsPanel(QWidget):
         rules = QGroupBox("Rules")
         column = QVBoxLayout(rules)
         column.addLayout(bar)
-        column.addWidget(self.rules_table)
+        column.addWidget(self.rules_view)
         column.addWidget(self.status)
 
         splitter = QSplitter(Qt.Orientation.Vertical)
@@ -182,10 +190,16 @@ class AlertsPanel(QWidget):
 
     def _agent_changed(self, *_: object) -> None:
         """Another agent's rules: asked for now if they are on screen, else when the tab is shown."""
-        self.rules = []
-        _fill(self.rules_table, [])
+        self._show_rules([])
         if self.isVisible():
             self.refresh_rules()
+
+    def _show_rules(self, rules: list[dict]) -> None:
+        """The list, or with none the explanation of what a rule is and how to add one."""
+        self.rules = rules
+        _fill(self.rules_table, [(r.get("name", "?"), r.get("kind", "?"), r.get("run") or "every run",
+                                  r.get("source", ""), rule_text(r)) for r in rules])
+        self.rules_view.setCurrentWidget(self.rules_table if rules else self.no_rules)
 
     def refresh_rules(self) -> None:
         url = self.agent.currentText()
@@ -224,9 +238,7 @@ class AlertsPanel(QWidget):
             return
         if op == "list":
             if url == self.agent.currentText():
-                self.rules = list(result["rules"])
-                _fill(self.rules_table, [(r.get("name", "?"), r.get("kind", "?"), r.get("run") or "every run",
-                                          r.get("source", ""), rule_text(r)) for r in self.rules])
+                self._show_rules(list(result["rules"]))
             return
         self.status.setText(f"{what}: done")
         if url == self.agent.currentText():
