@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import platformdirs
@@ -17,3 +18,16 @@ def default_data_dir() -> Path:
 def watch_state_dir() -> Path:
     """Where ``pilothouse watch`` keeps what each agent acknowledged of each logdir."""
     return Path(os.environ.get(ENV_DATA) or platformdirs.user_data_dir("pilothouse")) / "watch"
+
+
+ENV_RUNTIME = "PILOTHOUSE_RUNTIME"
+
+
+def agents_dir() -> Path:
+    """Where each running agent of this user records itself (``pilothouse.local_agents``): the user
+    runtime dir ($XDG_RUNTIME_DIR, emptied at logout as the agents end), or $PILOTHOUSE_RUNTIME."""
+    if os.environ.get(ENV_RUNTIME):
+        return Path(os.environ[ENV_RUNTIME]) / "agents"
+    with warnings.catch_warnings():  # no $XDG_RUNTIME_DIR (a container, cron): platformdirs' /tmp fallback is fine
+        warnings.simplefilter("ignore")
+        return Path(platformdirs.user_runtime_dir("pilothouse")) / "agents"

@@ -20,8 +20,10 @@ from support.sockets import free_port  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def own_keyring(tmp_path, monkeypatch):
-    """Tests (and the processes they start) never see the user's real CurveZMQ keys."""
+    """Tests (and the processes they start) never see the user's real CurveZMQ keys, nor the agents
+    another test recorded (a command without --agent asks the recorded ones)."""
     monkeypatch.setenv("PILOTHOUSE_KEYS", str(tmp_path / "no-keys"))
+    monkeypatch.setenv("PILOTHOUSE_RUNTIME", str(tmp_path / "runtime"))
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import sys
 
 from pilothouse.cli import (
     agent,
+    agents,
     alerts,
     archive,
     gui,
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if getattr(args, "agent", "") is None:  # no --agent, no $PILOTHOUSE_AGENT: the user's local agents
+            args.agent = agents.find_agent(args)
         return args.func(args)
     except AgentError as exc:  # its text is the agent's (or whatever answered there): shown, never acted on
         print(printable(f"pilothouse: {exc}"), file=sys.stderr)
@@ -56,17 +59,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"pilothouse {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     default_agent = os.environ.get(ENV_AGENT) or DEFAULT_URL
+    found = os.environ.get(ENV_AGENT)  # None: find_agent picks among the user's agents
+    found_help = (f"agent URL (default {found})" if found else
+                  f"agent URL (default {DEFAULT_URL}, else the one of your agents (`pilothouse agents`) "
+                  "holding the run)")
     keys_arg = argparse.ArgumentParser(add_help=False)
     keys_arg.add_argument("--keys", help=f"CurveZMQ keyring directory (default: ${ENV_KEYS} or the user config dir)")
 
     def reader(name: str, help: str, func: Command) -> argparse.ArgumentParser:
         r = sub.add_parser(name, parents=[keys_arg], help=help)
-        r.add_argument("--agent", type=url_arg, default=default_agent, help=f"agent URL (default {default_agent})")
+        r.add_argument("--agent", type=url_arg, default=found, help=found_help)
         r.add_argument("--timeout", type=positive, default=5.0, help="seconds to wait for the agent")
         r.set_defaults(func=func)
         return r
 
     agent.add_parser(sub, keys_arg)
+    agents.add_parser(sub, keys_arg)
     read.add_parsers(reader)
     archive.add_parser(reader)
     import_cmd.add_parser(reader)

@@ -12,8 +12,9 @@ from typing import Any
 
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, positive
 from pilothouse.cli.watch import NEEDS
+from pilothouse.local_agents import forget, record
 from pilothouse.paths import default_data_dir
-from pilothouse.security import Keyring
+from pilothouse.security import Keyring, SecurityError
 from pilothouse.text import PrintableFormatter, printable, url_arg
 from pilothouse.wire.urls import DEFAULT_URL
 
@@ -74,11 +75,26 @@ def cmd_agent(args: argparse.Namespace) -> int:
     if watcher is not None:
         thread = threading.Thread(target=watcher.run, args=(stop,), name="pilothouse-watch", daemon=True)
         thread.start()
-    agent.serve_forever()
+    mark = _record(args.bind, data)
+    try:
+        agent.serve_forever()
+    finally:
+        if mark is not None:
+            forget(mark)
     if watcher is not None:
         stop.set()
         thread.join(timeout=5)
     return 0
+
+
+def _record(url: str, data: str | Path) -> Path | None:
+    """Record the agent for the commands that find it with no ``--agent`` (``pilothouse agents``); an
+    agent that cannot record itself still serves, found by its URL only."""
+    try:
+        return record(url, data)
+    except (OSError, SecurityError) as exc:
+        logging.getLogger("pilothouse.agent").warning("not recorded among your agents: %s", exc)
+        return None
 
 
 def _watcher(args: argparse.Namespace) -> Any:

@@ -20,12 +20,31 @@ import time
 from pathlib import Path
 
 from pilothouse.client import AgentError, AgentUnavailable, Client, reachable
+from pilothouse.local_agents import holds, recorded
+from pilothouse.security import Keyring
+from pilothouse.wire.urls import DEFAULT_URL
 
 
 def _free_url() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _flags(url: str, name: str) -> tuple[str, str]:
+    """The ``--agent`` the suggested commands need, for `runs` and for those naming run ``name``: none
+    where a command without it finds the demo's agent (``local_agents.agent_for``: no other agent
+    answers, or none other holds ``name``), so the user types what the README shows."""
+    keys = Keyring()
+    mine = [a.url for a in recorded()]
+    flag = f" --agent {url}"
+    if url not in mine:
+        return flag, flag  # it could not record itself: only its URL finds it
+    default = url != DEFAULT_URL and holds(DEFAULT_URL, None, keys)
+    others = [u for u in mine if u not in (url, DEFAULT_URL)] + ([DEFAULT_URL] if default else [])
+    listed = flag if default or others else ""
+    named = flag if any(holds(u, name, keys) for u in others) else ""
+    return listed, named
 
 
 def _wait_for_agent(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
@@ -78,12 +97,13 @@ def run_demo(steps: int, data: str | None, *, headless: bool, keep: bool = False
                  *extra], stdout=subprocess.DEVNULL, start_new_session=True)
         first = runs[0][0]
         until = f"for {steps} steps" if steps else "until you stop them (Ctrl+C ends the demo)"
+        listed, named = _flags(url, first)
         print(f"two GRPO runs are training {until}: {' and '.join(n for n, _ in runs)}. Watch and steer them:\n"
-              f"  pilothouse runs --agent {url}\n"
-              f"  pilothouse tail {first} --agent {url}\n"
-              f"  pilothouse pause {first} --agent {url}\n"
-              f"  pilothouse set {first} lr=1e-3 temperature=0.7 --agent {url}\n"
-              f"  pilothouse checkpoint {first} --agent {url}\n"
+              f"  pilothouse runs{listed}\n"
+              f"  pilothouse tail {first}{named}\n"
+              f"  pilothouse pause {first}{named}\n"
+              f"  pilothouse set {first} lr=1e-3 temperature=0.7{named}\n"
+              f"  pilothouse checkpoint {first}{named}\n"
               f"  pilothouse gui --agent {url}", flush=True)
         why = None if headless else no_display()
         if why:
