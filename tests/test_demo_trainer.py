@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.processes import finish
+from support.processes import finish, run_cli
 from support.waiting import wait_until
 
 from pilothouse.client import Client
@@ -83,3 +84,23 @@ def test_pause_set_and_checkpoint_reach_the_trainer(tmp_path, agent_proc):
         client.command(run_id, "stop", wait=20)
         client.close()
     finish(proc, timeout=30)
+
+
+def test_the_demo_run_carries_alert_rules_that_fire_on_its_kl_spikes_and_not_on_normal_steps(tmp_path, agent_proc):
+    proc, run_id = start_grpo(tmp_path, agent_proc.url, "--name", "watched", "--steps", "200")
+    finish(proc, timeout=60)
+    listed = run_cli("alerts", "ls", "--json", "--agent", agent_proc.url)
+    assert listed.returncode == 0, listed.stderr
+    rules = {r["name"]: r for r in json.loads(listed.stdout)}
+    assert set(rules) == {"kl-spike", "kl-blowup", "reward-collapse", "nonfinite"}
+    assert all(r["run"] == run_id and r["source"] == "run" for r in rules.values())  # the run's own rules
+    assert rules["nonfinite"]["spec"]["pause"] and rules["kl-blowup"]["spec"]["pause"]
+    assert not rules["kl-spike"]["spec"]["pause"]  # a spike notifies; the run goes on
+    with agent_proc.client() as client:
+        steps, kl, _ = client.series(run_id, "kl")
+        fired = sorted((a["rule"], a["step"]) for a in client.alerts()["recent"] if a["state"] == "firing")
+    assert len(kl) == 200 and kl.max() < 50  # the default run never blows up (a steered lr does)
+    spikes = [int(steps[i]) for i in range(len(kl)) if kl[i] > 8 and (i == 0 or kl[i - 1] <= 8)]
+    # each spike fired once, and nothing else did (here the run spikes to 8.4 at step 150; seeds are fixed,
+    # but another CPU's arithmetic may move it, so the spikes are read from the run's own KL)
+    assert fired == [("kl-spike", step) for step in spikes]

@@ -24,6 +24,17 @@ VOCAB = DIGITS + SEP + EOS
 PROMPT_DIGITS = 3
 MAX_NEW = PROMPT_DIGITS + 2  # room to overshoot, so stopping at the right length is learned too
 PROMPTS_PER_STEP = 16
+# The rules the agent watches for each demo run (shown in the Alerts tab and `pilothouse alerts ls`),
+# sized from what the demo does (both demo runs for 5000 steps, and lr steered to 1e-2..1e-1): the
+# KL sits near 2 (p99 under 5) with single-step spikes to 8-16, so a spike is one step past 8, and
+# only a steered lr (with kl_coef near 0) takes a step past 50 (to 160-190), worth a pause. The
+# reward's first noisy steps fall up to 43 % below their best, a collapse after a too-high lr 78-100 %.
+ALERTS = (
+    {"name": "kl-spike", "kind": "above", "metric": "kl", "threshold": 8.0},
+    {"name": "kl-blowup", "kind": "above", "metric": "kl", "threshold": 50.0, "pause": True},
+    {"name": "reward-collapse", "kind": "drop", "metric": "reward/mean", "pct": 60.0, "window": 100},
+    {"name": "nonfinite", "kind": "nonfinite", "metric": "*", "pause": True},  # a NaN loss or reward: stop there
+)
 
 
 class Policy(nn.Module):
@@ -120,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
                      config={"lr": args.lr, "kl_coef": args.kl_coef, "temperature": args.temperature,
                              "group_size": args.group, "seed": args.seed},
                      tunable={"lr": {"above": 0.0, "max": 1.0}, "kl_coef": {"min": 0.0, "max": 10.0},
-                              "temperature": {"min": 0.05, "max": 5.0}})
+                              "temperature": {"min": 0.05, "max": 5.0}},
+                     alerts=ALERTS)
     print(run.id, flush=True)
 
     policy = Policy().to(device)
