@@ -40,7 +40,13 @@ def window(qtbot, tmp_path):
 
     from pilothouse.gui._qt.app import MainWindow
 
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QGuiApplication
+
     gc.collect()  # earlier tests' windows die here, on the UI thread, not in a worker's collection
+    # a modifier an earlier test left held (a key released on a closed window is dropped) would
+    # make every click and selectRow of this test toggle: say so here, not as a far-off timeout
+    assert QGuiApplication.keyboardModifiers() == Qt.KeyboardModifier.NoModifier, "a key is held"
     made = []
 
     def make(agents=()):
