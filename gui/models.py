@@ -11,6 +11,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pilothouse.event_text import event_lines
 from pilothouse.gui.attempts import members
 from pilothouse.gui.jobs import is_job_node
 from pilothouse.gui.run_columns import CONFIG, FIXED, MISSING, SUMMARY, Column, default_config_columns, ordered
@@ -336,3 +337,19 @@ def run_labels(names: Mapping[RunKey, str]) -> dict[RunKey, str]:
     for label in shown.values():
         counts[label] = counts.get(label, 0) + 1
     return {key: f"{label} ({key[1]})" if counts[label] > 1 else label for key, label in shown.items()}
+
+
+def merged_event_lines(events: Mapping[RunKey, list], labels: Mapping[RunKey, str]) -> list[str]:
+    """The events of several compared runs as one journal, oldest first, each line led by its run's
+    label ("base: 2025-01-31 14:02:07  paused at step 42 ..."): what happened across runs reads in
+    the order it happened.  Each run is narrated on its own (an acknowledgement names who asked
+    from that run's commands); one run keeps the plain lines of `pilothouse events`."""
+    if len(events) == 1:
+        return event_lines(next(iter(events.values())))
+    timed = []
+    for n, (key, bodies) in enumerate(events.items()):
+        for i, (body, line) in enumerate(zip(bodies, event_lines(bodies))):
+            stamp = body.get("time") if isinstance(body, Mapping) else None
+            stamp = stamp if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else math.inf
+            timed.append((stamp if math.isfinite(stamp) else math.inf, n, i, f"{labels.get(key, key[1])}: {line}"))
+    return [line for *_, line in sorted(timed)]

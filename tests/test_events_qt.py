@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QSize  # noqa: E402
+from PySide6.QtCore import QItemSelectionModel, QSize  # noqa: E402
 from PySide6.QtWidgets import QStyleOptionViewItem  # noqa: E402
 from support.processes import LOOP_UNTIL_STOPPED, finish, run_cli, start_trainer  # noqa: E402
 
@@ -58,6 +58,43 @@ def test_events_pane_shows_the_clis_sentences_and_the_paused_icon_is_drawn(windo
     finally:
         if trainer.poll() is None:
             trainer.kill()
+
+
+def test_events_of_several_selected_runs_are_merged_in_time_order_and_named(window, qtbot, tmp_path, agent_proc):
+    trainers = [start_trainer(tmp_path, LOOP_UNTIL_STOPPED, agent_proc.url, "app", "twin", name=f"t{i}")
+                for i in range(2)]
+    try:
+        ids = [t.stdout.readline().strip() for t in trainers]
+        w = window([agent_proc.url])
+        rows = lambda: {w.table_model.row_at(i).run_id: i for i in range(w.table_model.rowCount())}  # noqa: E731
+        qtbot.waitUntil(lambda: set(ids) <= set(rows()), timeout=15000)
+        flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
+        for run_id in ids:
+            w.table.selectionModel().select(w.table_model.index(rows()[run_id], 0), flags)
+        labels = [f"twin ({run_id}): " for run_id in ids]  # one name twice: the ids tell them apart
+        qtbot.waitUntil(lambda: all(label in w.events.toPlainText() for label in labels), timeout=10000)
+        with Client(agent_proc.url, timeout=10) as c:
+            step = c.command(ids[1], "pause", wait=10)["step"]
+            qtbot.waitUntil(lambda: f"paused at step {step}" in w.events.toPlainText(), timeout=10000)  # live
+            lines = w.events.toPlainText().splitlines()
+            assert all(any(line.startswith(label) for label in labels) for line in lines)
+            paused = next(line for line in lines if f"paused at step {step}" in line)
+            assert paused.startswith(labels[1])
+            stamps = [line.split(": ", 1)[1][:19] for line in lines]
+            assert stamps == sorted(stamps)  # one journal, oldest first
+            assert {line.split(": ", 1)[0] for line in lines} == {label[:-2] for label in labels}
+
+            w.table.selectRow(rows()[ids[0]])  # one run again: the plain lines of `pilothouse events`
+            qtbot.waitUntil(lambda: not w.events.toPlainText().startswith("twin"), timeout=5000)
+            assert "paused at step" not in w.events.toPlainText()
+            for run_id in ids:
+                c.command(run_id, "stop", wait=10)
+        for t in trainers:
+            finish(t)
+    finally:
+        for t in trainers:
+            if t.poll() is None:
+                t.kill()
 
 
 def test_status_icons_are_drawn_in_the_status_color_and_differ(qtbot):

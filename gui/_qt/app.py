@@ -35,13 +35,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pilothouse.event_text import event_lines  # the same sentences as `pilothouse events`
 from pilothouse.text import printable
 from pilothouse.wire.entries import KIND_EVENT, Entry
 from pilothouse.wire.watched import STEER_HOW, how_to_steer
 
 from ..local_store import LocalStore
-from ..models import RunKey, RunsModel, first_screen
+from ..models import RunKey, RunsModel, first_screen, merged_event_lines, run_labels
 from ..network import Health, Links
 from ..palette import RunColors
 from ..remote_tiers import RemoteTiers
@@ -91,7 +90,7 @@ class MainWindow(QMainWindow):
         self.table_model = RunsTableModel(self.runs, self.notices.book.firing)
         self.run_colors = RunColors()  # a run keeps its color in every tab while the app runs
         self.health: dict[str, Health] = {}
-        self._events_key: RunKey | None = None
+        self._events_keys: list[RunKey] = []  # the runs the Events pane shows
         self._dirty = True
         self._rows_dirty = True
         self._sized = 0.0  # when the run table's columns were last fitted to their contents
@@ -265,9 +264,8 @@ class MainWindow(QMainWindow):
         charted = self.notices.add(url, entries) & set(self.charts.model.keys)
         if charted:  # only the runs whose alerts changed are marked again
             self.charts.show_alerts({**self.charts.model.alert_markers, **{k: self.notices.markers(k) for k in charted}})
-        if self._events_key is not None and self._events_key[0] == url and any(
-                e.kind == KIND_EVENT and e.run == self._events_key[1] for e in entries):
-            self._show_events(self._events_key)  # commands, acks, alerts of the shown run appear live
+        if any(e.kind == KIND_EVENT and (url, e.run) in self._events_keys for e in entries):
+            self._show_events(self._events_keys)  # commands, acks, alerts of the shown runs appear live
         self._schedule(rows=runs is not None and rows_changed)
 
     def _on_health(self, health: Health) -> None:
@@ -328,7 +326,7 @@ class MainWindow(QMainWindow):
         self.table_model.set_slots(self.charts.model.slots)
         self.rollouts.show_runs(keys, self.store, self.charts.model.slots)
         self.config.show_runs(keys, self.store, self.charts.model.slots)
-        self._show_events(keys[-1] if keys else None)
+        self._show_events(keys)
 
     def _reselect(self, keys: list[RunKey]) -> None:
         model = self.table.selectionModel()
@@ -342,12 +340,13 @@ class MainWindow(QMainWindow):
         for key in keys:
             self.runs.select(key)
 
-    def _show_events(self, key: RunKey | None) -> None:
-        self._events_key = key
-        if key is None:
-            self.events.setPlainText("")
-            return
-        self.events.setPlainText("\n".join(event_lines(self.store.events(*key))))
+    def _show_events(self, keys: list[RunKey]) -> None:
+        """The selected runs' events, merged in time order and led by each run's name (as the
+        legends name it) when there are several."""
+        self._events_keys = list(keys)
+        events = {key: self.store.events(*key) for key in keys}
+        labels = run_labels({key: getattr(self.runs.row(key), "name", "") for key in keys})
+        self.events.setPlainText("\n".join(merged_event_lines(events, labels)))
 
     # --- alerts ---------------------------------------------------------------------------
 
