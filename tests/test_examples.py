@@ -73,7 +73,7 @@ def commands(text: str, program: str) -> list[list[str]]:
 
 def test_the_slurm_script_and_its_readme_section_use_only_flags_that_exist():
     """No Slurm here, so the script is not run; each `pilothouse` and `torchrun` command in it and in
-    the README's Slurm section is parsed by the real parsers (a renamed or missing flag fails)."""
+    the Slurm section of docs/examples.md is parsed by the real parsers (a renamed or missing flag fails)."""
     from torch.distributed.run import get_args_parser
 
     from pilothouse.cli import _parser
@@ -81,8 +81,8 @@ def test_the_slurm_script_and_its_readme_section_use_only_flags_that_exist():
 
     script = (ROOT / "examples" / "slurm_job.sbatch").read_text()
     assert subprocess.run(["bash", "-n", str(ROOT / "examples" / "slurm_job.sbatch")]).returncode == 0
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### A multi-node Slurm job"):readme.index("### A Ray cluster")]
+    page = (ROOT / "docs" / "examples.md").read_text()
+    section = page[page.index("## A multi-node Slurm job"):page.index("## A Ray cluster")]
     found = commands(script, "pilothouse") + commands(section, "pilothouse")
     assert {argv[0] for argv in found} >= {"agent", "runs", "gui", "keys"}
     for argv in found:
