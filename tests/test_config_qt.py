@@ -96,17 +96,53 @@ def test_edit_lr_on_running_run_applies_and_bad_value_is_rejected(panel, qtbot, 
         assert trainer.stdout.readline().strip() == "lr=0.01"
         assert cell(panel, "lr").text() == "0.01"
 
-        panel.request_set("lr", "nan")
-        qtbot.waitUntil(lambda: "rejected" in panel.status.text(), timeout=15000)
-        assert "finite" in panel.status.text()
+        asked = []
+        panel.confirm = lambda _parent, question: asked.append(question) or True
+        assert not panel.request_set("lr", "nan")  # checked against the run's schema first: no dialog, not sent
+        assert "lr not sent" in panel.status.text() and "finite" in panel.status.text() and not asked
+        assert not panel.request_set("batch", "0.5")
+        assert "batch must be int" in panel.status.text() and not asked
         assert cell(panel, "lr").text() == "0.01"  # the old value stays
         with Client(agent_proc.url) as client:
             assert next(r for r in client.runs() if r["id"] == run_id)["config"]["lr"] == 0.01
             who = [e["who"] for e in run_events(client, run_id, "command")]
+            assert len(who) == 1  # the refused values never reached the agent
             assert who[0] == {"user": getpass.getuser(), "host": socket.gethostname(), "client": "gui",
                               "via": "loopback"}  # the app's commands say who sent them, like the CLI's
             client.command(run_id, "stop")
         assert "lr=" not in finish(trainer)  # the trainer saw no second change
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+
+
+def test_a_paused_run_is_editable_and_the_confirm_names_it_paused(panel, qtbot, agent_proc, tmp_path):
+    trainer = start_trainer(tmp_path, TRAINER, agent_proc.url)
+    try:
+        run_id = trainer.stdout.readline().strip()
+        with agent_proc.client() as client:
+            wait_until(lambda: any(r["id"] == run_id and r["status"] == "running" for r in client.runs()),
+                       what="running trainer")
+            assert client.command(run_id, "pause", wait=15)["state"] == "applied"
+        store = LocalStore(tmp_path / "app.sqlite")
+        copy_runs(agent_proc.url, store)
+        panel.show_runs([(agent_proc.url, run_id)], store)
+        assert panel.tunable == {"lr", "batch"}
+        asked = []
+        panel.confirm = lambda _parent, question: asked.append(question) or False  # the user says No
+        assert not panel.request_set("lr", "0.02")
+        assert asked == ["Set lr = 0.02 (now 0.001) on cfg/tuned (paused)?\n\n"
+                         "The trainer takes it at its next sync; it cannot be undone, only set again."]
+        assert cell(panel, "lr").text() == "0.001"
+        panel.confirm = lambda *_: True
+        assert panel.request_set("lr", "0.02")
+        qtbot.waitUntil(lambda: "applied at step" in panel.status.text(), timeout=15000)
+        with agent_proc.client() as client:
+            assert next(r for r in client.runs() if r["id"] == run_id)["status"] == "paused"  # still held
+            assert client.command(run_id, "resume", wait=15)["state"] == "applied"
+            assert trainer.stdout.readline().strip() == "lr=0.02"  # the trainer's own value, once it goes on
+            client.command(run_id, "stop")
+        finish(trainer)
     finally:
         if trainer.poll() is None:
             trainer.kill()

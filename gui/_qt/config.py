@@ -27,9 +27,10 @@ from PySide6.QtWidgets import (
 )
 
 from pilothouse.text import parse_assignment, printable
+from pilothouse.wire.tuning import validate_changes
 
 from ..local_store import LocalStore
-from ..models import RunKey, config_diff, flatten, run_labels
+from ..models import LIVE, RunKey, config_diff, flatten, run_labels
 from .calls import Calls
 from .legend import swatch
 from .theme import is_restyle, qcolor
@@ -38,10 +39,11 @@ MISSING = "—"
 SET_WAIT = 30.0  # seconds to wait for the trainer's answer; past that the change stays queued
 
 
-def ask_confirm(parent: QWidget, run: str, key: str, value: Any) -> bool:
-    """The default confirm step: a change reaches a live training process."""
-    answer = QMessageBox.question(parent, "Change hyperparameter",
-                                  f"Set {key} = {value!r} on the running run {run}?")
+def ask_confirm(parent: QWidget, question: str) -> bool:
+    """The default confirm step: a change reaches a live training process.  No is the default
+    button: Enter alone never steers a run."""
+    answer = QMessageBox.question(parent, "Change hyperparameter", question,
+                                  defaultButton=QMessageBox.StandardButton.No)
     return answer == QMessageBox.StandardButton.Yes
 
 
@@ -49,13 +51,15 @@ class ConfigPanel(QWidget):
 
     def __init__(self) -> None:
         super().__init__()
-        self.confirm: Callable[[QWidget, str, str, Any], bool] = ask_confirm  # tests skip the dialog
+        self.confirm: Callable[[QWidget, str], bool] = ask_confirm  # tests answer without the dialog
         self.keys: list[RunKey] = []
         self.configs: dict[RunKey, dict[str, Any]] = {}
         self.rows: list[str] = []
         self.tunable: set[str] = set()  # keys editable now: a single running run's schema keys
         self.differ: set[str] = set()  # keys whose values differ between the shown runs
         self.schemas: dict[RunKey, set[str]] = {}  # keys each run declared tunable (the others are dimmed)
+        self.specs: dict[str, dict[str, Any]] = {}  # the one editable run's schema: checked before asking
+        self.title = ""  # that run as the confirm names it: its name, and "paused" when it is
         self.table = QTableWidget()
         self.table.itemChanged.connect(self._on_item_changed)
         self.table.currentCellChanged.connect(self._update_button)
@@ -80,7 +84,10 @@ class ConfigPanel(QWidget):
         self.configs = {k: flatten(runs[k].get("config") or {}) for k in self.keys}
         self.schemas = {k: set(runs[k].get("schema") or {}) for k in self.keys}
         only = runs[self.keys[0]] if len(self.keys) == 1 else None
-        self.tunable = set(only.get("schema") or {}) if only and only.get("status") == "running" else set()
+        live = only is not None and only.get("status") in LIVE  # the agent takes a set for a paused run too
+        self.specs = dict(only.get("schema") or {}) if live else {}
+        self.tunable = set(self.specs)
+        self.title = _title(only) + (" (paused)" if only.get("status") == "paused" else "") if live else ""
         self.differ = config_diff({k: runs[k].get("config") or {} for k in self.keys})
         self.rows = sorted(set().union(*self.configs.values())) if self.configs else []
         labels = run_labels({k: runs[k].get("name") or "" for k in self.keys})
@@ -129,14 +136,23 @@ class ConfigPanel(QWidget):
         super().changeEvent(event)
 
     def request_set(self, name: str, text: str) -> bool:
-        """Parse ``text`` like the CLI's key=value, confirm, and send it off the UI thread.
-        Returns False when nothing was sent (not editable, or not confirmed)."""
+        """Parse ``text`` like the CLI's key=value, check it against the run's declared schema,
+        confirm, and send it off the UI thread.  A value the schema refuses is said at once, with
+        no dialog first (asking "are you sure?" about a change that cannot happen wastes a decision).
+        Returns False when nothing was sent (not editable, refused, or not confirmed)."""
         if name not in self.tunable or len(self.keys) != 1:
             return False
         key = self.keys[0]
         old = self.configs[key].get(name)
         _, value = parse_assignment(f"{name}={text.strip()}")
-        if not self.confirm(self, key[1], name, value):
+        try:
+            value = validate_changes(self.specs, {name: value})[name]
+        except ValueError as exc:
+            self._say(f"{name} not sent: {exc}")
+            self._show_value(name, old)
+            return False
+        if not self.confirm(self, f"Set {name} = {_text(value)} (now {_text(old)}) on {self.title}?\n\n"
+                                  "The trainer takes it at its next sync; it cannot be undone, only set again."):
             self._show_value(name, old)
             return False
         self.status.setText(f"{name}={value!r}: waiting for the trainer's next sync…")
