@@ -50,7 +50,7 @@ from .calls import Calls
 from .charts import ChartsPanel
 from .config import ConfigPanel
 from .export import export_chart_png, export_run_csv
-from .help import ShortcutsDialog, show_about
+from .help import ShortcutsDialog, add_doc_actions, show_about
 from .job_offers import JobOffers
 from .rollouts import RolloutsPanel
 from .runs_table import COLUMNS, RunsHeader, RunsTableModel
@@ -204,6 +204,7 @@ class MainWindow(QMainWindow):
                                        triggered=self.filter.setFocus)
         self.addAction(self.filter_shortcut)
         helps = self.menuBar().addMenu("&Help")
+        add_doc_actions(helps, self)  # Getting started (the README) and each docs/ page, then a separator
         helps.addAction(QAction("&Keyboard shortcuts", self, shortcut=QKeySequence("F1"),
                                 triggered=lambda: ShortcutsDialog(self).exec()))
         helps.addAction(QAction("&About Pilothouse", self, triggered=lambda: show_about(self)))

@@ -1,12 +1,16 @@
-"""Help → Keyboard shortcuts and About: read from the window's own actions, so the list cannot drift
-from the keys that work."""
+"""Help → the documentation pages, Keyboard shortcuts and About: the shortcuts are read from the window's own
+actions and the pages' titles from the pages, so neither list can drift from what exists."""
 
 from __future__ import annotations
 
-from PySide6.QtGui import QAction, QKeySequence
+from pathlib import Path
+
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
+    QMenu,
     QMessageBox,
     QTableWidget,
     QTableWidgetItem,
@@ -53,10 +57,70 @@ class ShortcutsDialog(QDialog):
 
 ABOUT = (f"<b>Pilothouse {__version__}</b><p>Watch and steer training runs: pause, resume, checkpoint, "
          "change a tunable value or stop a run from here or from <code>pilothouse</code> on the command line."
-         "<p>The README describes the agent, the trainer API and the CLI.")
+         "<p>Help → Getting started opens the README; the entries below it, the pages on the app, the trainer "
+         "API, steering, the command and the rest.")
 
 
 def show_about(parent: QWidget) -> None:
     """Help → About: the version, which bug reports need."""
     QMessageBox.about(parent, "About Pilothouse", ABOUT)
 
+
+
+# the order a reader meets them in the README's "More" list; a page not named here comes after, by file name
+DOCS_ORDER = ("app", "training-loop", "steering", "frameworks", "alerts", "cli", "examples", "security",
+              "promises", "benchmarks", "layout")
+NO_DOCS = "Documentation: README.md and docs/ of the source checkout"
+
+
+def docs_root(package: Path | None = None) -> Path | None:
+    """The source checkout whose README.md and docs/ the Help menu opens, or None for an install without
+    them (a wheel ships neither, and pyproject names no public address to open instead). The package
+    ``pilothouse`` (``package``, else the one imported) is the checkout's ``agent/`` folder, so its parent
+    is the checkout only in that layout: a README.md lying in site-packages is not ours."""
+    if package is None:
+        import pilothouse.version
+
+        package = Path(pilothouse.version.__file__).resolve().parent
+    root = package.parent
+    if package.name == "agent" and (root / "README.md").is_file() and (root / "docs").is_dir():
+        return root
+    return None
+
+
+def doc_pages(root: Path | None) -> list[tuple[str, QUrl]]:
+    """(menu entry, the file's URL) for the README ("Getting started") and each docs/ page, titled by its
+    first heading: the menu opens exactly these."""
+    if root is None:
+        return []
+    pages = [("Getting started", QUrl.fromLocalFile(str(root / "README.md")))]
+    rank = {name: i for i, name in enumerate(DOCS_ORDER)}
+    for page in sorted((root / "docs").glob("*.md"), key=lambda p: (rank.get(p.stem, len(rank)), p.name)):
+        first = page.read_text(encoding="utf-8").partition("\n")[0]
+        pages.append((first.removeprefix("# ").strip() or page.stem, QUrl.fromLocalFile(str(page))))
+    return pages
+
+
+def open_doc(url: QUrl) -> bool:
+    """Opens a page with the desktop's handler for it (a browser or an editor); False when none took it."""
+    return QDesktopServices.openUrl(url)
+
+
+def add_doc_actions(menu: QMenu, parent: QWidget,
+                    pages: list[tuple[str, QUrl]] | None = None) -> list[QAction]:
+    """Adds an entry per page (by default ``doc_pages(docs_root())``; each action's data is the URL it
+    opens), then a separator; with no pages, one disabled entry saying where the documentation is."""
+    pages = doc_pages(docs_root()) if pages is None else pages
+    actions = []
+    for title, url in pages:
+        act = QAction(title, parent, triggered=lambda _=False, u=url: open_doc(u))
+        act.setData(url)
+        act.setToolTip(url.toLocalFile())
+        actions.append(act)
+    if not pages:
+        act = QAction(NO_DOCS, parent, enabled=False)
+        actions.append(act)
+    for act in actions:
+        menu.addAction(act)
+    menu.addSeparator()
+    return actions
