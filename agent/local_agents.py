@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,46 @@ def recorded() -> list[LocalAgent]:
         elif agent is not None:
             found.append(agent)
     return sorted(found, key=lambda a: a.started)
+
+
+def stop(agents: list[LocalAgent], timeout: float) -> dict[int, str]:
+    """Stop ``agents`` as Ctrl-C stops one: SIGTERM, on which an agent finishes its turn, notes its stop in
+    its journal, closes it, frees its port and data folder and removes its record; then wait for that,
+    all of them at once.  Per pid: "stopped"; "gone" (it had already ended); "no clean stop" (it ended
+    with its record left, so before it noted its stop: its log says why); "running" (still at it after
+    ``timeout`` seconds); "not yours" (the system refused the signal: left alone)."""
+    procs: dict[int, psutil.Process] = {}
+    result: dict[int, str] = {}
+    for agent in agents:
+        try:
+            proc = psutil.Process(agent.pid)
+            if abs(proc.create_time() - agent.started) >= 0.5:
+                raise psutil.NoSuchProcess(agent.pid)  # its pid is another program's now: never signalled
+            proc.terminate()  # psutil checks again that the pid is still this process
+            procs[agent.pid] = proc
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            forget(agent.path)
+            result[agent.pid] = "gone"
+        except psutil.AccessDenied:  # not this user's process after all: left alone
+            result[agent.pid] = "not yours"
+    deadline = time.monotonic() + timeout
+    while True:
+        for agent in agents:
+            if agent.pid in result or not _ended(procs[agent.pid]):
+                continue
+            result[agent.pid] = "stopped" if not agent.path.exists() else "no clean stop"
+            forget(agent.path)
+        if len(result) == len(agents) or time.monotonic() >= deadline:
+            return {agent.pid: result.get(agent.pid, "running") for agent in agents}
+        time.sleep(0.05)
+
+
+def _ended(proc: psutil.Process) -> bool:
+    """Whether it has exited: gone, or a zombie its parent (a test, a shell) has not reaped yet."""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def agent_for(ref: str | None, keys: Keyring) -> str:

@@ -123,7 +123,7 @@ print(run.finish(timeout=30), flush=True)
                 said = [line for line in err.splitlines() if "background agent" in line]
                 assert said == [f"pilothouse: started a background agent on {DEFAULT_URL} (pid {info['pid']}, data in "
                                 f"{tmp_path / 'data' / 'agent'}); it keeps running after this script, stop it with "
-                                f"`kill {info['pid']}`"], err
+                                f"`pilothouse agents stop {info['pid']}`"], err
                 run = next(r for r in c.runs() if r["name"] == "started-for-me")
                 assert run["status"] == "finished" and run["last_step"] == 99
                 assert (tmp_path / "data" / "agent" / "journal.sqlite").exists()

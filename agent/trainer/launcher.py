@@ -17,7 +17,7 @@ log = logging.getLogger("pilothouse")
 def ensure_local_agent(url: str, data_dir: Path | None = None) -> None:
     """Start ``pilothouse agent`` detached (it outlives the trainer) unless one answers.
 
-    Starting one says so once on stderr: where it listens, its data and its pid to stop it.
+    Starting one says so once on stderr: where it listens, its data, and the command that stops it.
     Two trainers racing here both start one; the loser cannot bind and exits.  The
     trainer does not wait for it: records are buffered until it is up.  A data folder or log
     that is not the user's own is refused with an error in the log, and training goes on (its
@@ -33,5 +33,6 @@ def ensure_local_agent(url: str, data_dir: Path | None = None) -> None:
         return
     # Said on stderr, not the log: a process that outlives the script must never be a surprise.
     print(f"pilothouse: started a background agent on {url} (pid {proc.pid}, data in {data_dir}); it keeps "
-          f"running after this script, stop it with `kill {proc.pid}`", file=sys.stderr, flush=True)
+          f"running after this script, stop it with `pilothouse agents stop {proc.pid}`",
+          file=sys.stderr, flush=True)
 
