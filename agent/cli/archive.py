@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from pilothouse.cli.archive_file import ArchiveError, write_archive
-from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
+from pilothouse.cli.common import EXIT_ERROR, RUN_HELP, Reader, client_for
 from pilothouse.client import Client
 from pilothouse.text import printable
 from pilothouse.wire.run_import import COUNTERS
@@ -20,7 +20,7 @@ RUN_FIELDS = ("id", "project", "name", "kind", "host", "status", "created", "end
 
 def add_parser(reader: Reader) -> None:
     a = reader("archive", "write a whole run (points, config, events, rollouts) to one parquet file", cmd_archive)
-    a.add_argument("run", help="run id or unambiguous run name")
+    a.add_argument("run", help=RUN_HELP)
     a.add_argument("-o", "--output", required=True, type=Path, help="the parquet file to write")
     a.add_argument("--force", action="store_true", help="overwrite the file if it exists")
 

@@ -12,6 +12,8 @@ from pilothouse.wire.checks import normal_name
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+# A re-run shares its name with the runs before it: the name means the live one (pilothouse.node.run_refs)
+RUN_HELP = "run id or run name (a name several runs share means the one live run; else give the id)"
 
 def client_for(args: argparse.Namespace, timeout: float | None = None) -> Client:
     """The client a reader command uses: its --agent, --timeout and --keys."""

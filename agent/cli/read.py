@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from pilothouse.cli.common import EXIT_ERROR, Reader, client_for, print_table
+from pilothouse.cli.common import EXIT_ERROR, RUN_HELP, Reader, client_for, print_table
 from pilothouse.cli.job import cmd_job
 from pilothouse.cli.tail import MetricFilter, Tail, terminal_width
 from pilothouse.client import Client
@@ -25,7 +25,7 @@ def add_parsers(reader: Reader) -> None:
                                                "there, and how to reach the others from here")
 
     t = reader("tail", "print a run's metrics live", cmd_tail)
-    t.add_argument("run", help="run id or unambiguous run name")
+    t.add_argument("run", help=RUN_HELP)
     t.add_argument("--history", action="store_true", help="print every stored point first")
     t.add_argument("--metric", action="append", metavar="GLOB",
                    help="only metrics whose name matches this shell-style glob ('train/*', '*loss*'); "
@@ -33,12 +33,12 @@ def add_parsers(reader: Reader) -> None:
                         "the terminal and '+N more'; with it every chosen metric, wrapped")
 
     e = reader("export", "write every point of a run as CSV or JSON lines", cmd_export)
-    e.add_argument("run", help="run id or unambiguous run name")
+    e.add_argument("run", help=RUN_HELP)
     e.add_argument("--format", choices=["csv", "jsonl"], default="csv")
     e.add_argument("-o", "--output", help="file to write (default: standard output)")
 
     ev = reader("events", "a run's audit trail: status, commands, acknowledgements, checkpoints", cmd_events)
-    ev.add_argument("run", help="run id or unambiguous run name")
+    ev.add_argument("run", help=RUN_HELP)
     ev.add_argument("--json", action="store_true", help="one JSON object per line")
 
 

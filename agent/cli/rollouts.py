@@ -9,7 +9,7 @@ import shutil
 import sys
 from collections.abc import Callable
 
-from pilothouse.cli.common import EXIT_USAGE, Reader, client_for
+from pilothouse.cli.common import EXIT_USAGE, RUN_HELP, Reader, client_for
 from pilothouse.cli.transcript import NUMBERS, clip, field_lines, gist, number, row_lines
 from pilothouse.text import fmt_value, printable, step_arg
 from pilothouse.wire.rollout_groups import Group, groups
@@ -22,7 +22,7 @@ MAX_LIMIT = 1_000_000
 
 def add_parser(reader: Reader) -> None:
     r = reader("rollouts", "a run's sample rollouts (prompt, completion, reward, advantage) by step", cmd_rollouts)
-    r.add_argument("run", help="run id or unambiguous run name")
+    r.add_argument("run", help=RUN_HELP)
     which = r.add_mutually_exclusive_group()
     which.add_argument("--step", type=step_arg, help="this step (default: the latest step with rollouts)")
     which.add_argument("--last", type=_count("--last", MAX_ROLLOUT_STEPS), metavar="N",

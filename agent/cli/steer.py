@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from pilothouse.cli.common import EXIT_ERROR, Reader, client_for
+from pilothouse.cli.common import EXIT_ERROR, RUN_HELP, Reader, client_for
 from pilothouse.text import parse_assignment, printable, step_arg
 
 
@@ -15,10 +15,10 @@ def add_parsers(reader: Reader) -> None:
                        ("checkpoint", "ask a run to save a checkpoint now"),
                        ("stop", "ask a run to stop at its next step boundary")):
         c = reader(name, text, cmd_command)
-        c.add_argument("run", help="run id or unambiguous run name")
+        c.add_argument("run", help=RUN_HELP)
         c.set_defaults(timeout=30.0)
     c = reader("set", "change hyperparameters of a running run", cmd_command)
-    c.add_argument("run", help="run id or unambiguous run name")
+    c.add_argument("run", help=RUN_HELP)
     c.add_argument("values", nargs="+", type=_assignment, metavar="KEY=VALUE")
     c.add_argument("--at-step", type=step_arg, help="apply at this step instead of the next one")
     c.set_defaults(timeout=30.0)

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from pilothouse.node import run_refs
 from pilothouse.node.journal_commands import Commands
 from pilothouse.node.journal_keys import KeyMetrics
 from pilothouse.node.journal_rollouts import Rollouts
@@ -409,17 +410,9 @@ class Store:
         return {m: _F64.unpack(v)[0] for m, v in self.db.execute("SELECT metric, value FROM last_values WHERE run=?",
                                                                  [run])}
 
-    def resolve(self, ref: str) -> str:
-        """A run id, or a run name (or project/name) that names exactly one run."""
-        if self.has_run(ref):
-            return ref
-        matches = [r["id"] for r in self.db.query(
-            "SELECT id FROM runs WHERE (name=? OR project || '/' || name=?) AND removing IS NULL", [ref, ref])]
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            raise LookupError(f"no run with id or name {ref!r}")
-        raise LookupError(f"{ref!r} names {len(matches)} runs ({', '.join(matches[:5])}); use a run id")
+    def resolve(self, ref: str, live_wins: bool = True) -> str:
+        """A run id, or a run name (or project/name): see ``pilothouse.node.run_refs`` for which run."""
+        return run_refs.resolve(self.db, ref, self.has_run, live_wins)
 
     # --- ingest -------------------------------------------------------------------------
 

@@ -82,7 +82,7 @@ class Retention:
         force, plan = _flag(args, "force"), _flag(args, "plan")
         rows = {}
         for ref in refs:
-            run = self.store.resolve(ref)
+            run = self.store.resolve(ref, live_wins=False)  # a removal names exactly one run
             rows[run] = self.store.run_row(run)
         for row in rows.values():
             why = self._kept(row, force)
