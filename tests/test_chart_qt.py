@@ -277,3 +277,30 @@ def test_log_y_says_how_many_points_it_cannot_draw(qtbot):
     widget.set_log_y(False)
     widget.flush()
     assert not widget.hidden_label.isVisible()
+
+
+def test_a_log_y_axis_labels_readable_ticks_and_linear_is_pyqtgraphs(qtbot):
+    """The drawn axis, not only the tick rule: 0.3..3 is labelled 0.5, 1, 2 (pyqtgraph's own piles
+    0.4 ... 0.9 under the 1), 0.8..1.2 gets labels above 1 too; a linear axis is left as it was."""
+
+    def labels(widget: ChartWidget) -> list[str]:
+        axis = widget.getPlotItem().getAxis("left")
+        lo, hi = axis.range
+        levels = axis.tickValues(lo, hi, axis.geometry().height())
+        return [s for spacing, values in levels for s in axis.tickStrings(values, 1.0, spacing) if s]
+
+    def evenly_spaced_above_one(texts: list[str]) -> bool:
+        values = np.array([float(t) for t in texts])
+        return len(values) >= 4 and values.max() > 1.05 and np.allclose(np.diff(values), values[1] - values[0])
+
+    for top, bottom, readable in ((3.0, 0.3, lambda texts: texts == ["0.5", "1", "2"]),
+                                  (1.2, 0.8, evenly_spaced_above_one)):
+        widget = _shown(qtbot)
+        widget.add_curve("a")
+        widget.append("a", np.arange(500.0), np.geomspace(top, bottom, 500))
+        widget.set_log_y(True)
+        widget.flush()
+        qtbot.waitUntil(lambda w=widget, ok=readable: ok(labels(w)), timeout=5000)
+    widget.set_log_y(False)
+    axis = widget.getPlotItem().getAxis("left")
+    assert not axis.logMode and axis.tickStrings([1.0, 2.0], 1.0, 1.0) == ["1", "2"]  # pyqtgraph's

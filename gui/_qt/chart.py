@@ -27,6 +27,7 @@ from pilothouse.gui.stored_series import StoredGroup
 from pilothouse.gui.tiers import TierEma
 
 from ..palette import PALETTE
+from .log_axis import ReadableAxis
 from .theme import current, is_restyle, style_plot
 
 FAINT_ALPHA = 70  # the raw curve behind a smoothed one
@@ -68,7 +69,7 @@ class ChartWidget(pg.PlotWidget):
     """Named curves, each backed by a Series; redraws only what the pixels can show."""
 
     def __init__(self, parent=None, redraw_ms: int = 30, axisItems: dict | None = None) -> None:
-        super().__init__(parent, axisItems=axisItems)
+        super().__init__(parent, axisItems={"left": ReadableAxis("left"), **(axisItems or {})})
         self.curves: dict[str, _Curve] = {}
         self.bands: dict[str, Band] = {}  # the groups' bands, by the name of their mean curve
         self._smoothing = 0.0
