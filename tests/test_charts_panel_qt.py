@@ -165,3 +165,31 @@ def test_axes_are_titled_the_smoothing_says_its_value_and_search_keeps_its_width
     panel.resize(300, 600)  # far narrower than its controls: the box still fits a metric name
     qtbot.waitUntil(lambda: panel.search.width() > 0)
     assert panel.search.width() >= panel.search.fontMetrics().horizontalAdvance("rollouts/reward/mean")
+
+
+def test_a_chart_searched_alone_fits_its_x_range_to_its_own_data(qtbot, tmp_path):
+    """eval/score logged for 20 steps of a 2000-step run: searched alone it fills its chart, not
+    1 % of an x range the hidden train charts set; cleared, the grid zooms as one again."""
+    store = LocalStore(tmp_path / "s.sqlite")
+    store.put_runs(A, [{"id": "r1", "project": "p", "name": "base", "status": "running", "created": 1.0}])
+    long, short = np.arange(2000), np.arange(20)
+    store.write_page(A, [chunk(1, "reward", long, long / 2000), chunk(2, "loss", long, 1 / (long + 1)),
+                         chunk(3, "eval/score", short, short / 20)], 3)
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 700)
+    panel.show()
+    panel.show_runs([KEY], store)
+
+    def x_range(metric: str) -> list[float]:
+        panel.charts[metric].flush()
+        return panel.charts[metric].getPlotItem().getViewBox().viewRange()[0]
+
+    qtbot.waitUntil(lambda: x_range("reward")[1] > 1900, timeout=5000)  # the grid drawn, linked, first
+    panel.search.setText("eval/")
+    assert grid_order(panel) == ["eval/score"]
+    qtbot.waitUntil(lambda: x_range("eval/score")[1] < 25, timeout=5000)  # its own 20 steps
+    panel.search.clear()
+    panel.charts["reward"].setXRange(100, 200, padding=0)  # zoom one shown chart: the shown others follow
+    qtbot.waitUntil(lambda: x_range("loss") == pytest.approx([100, 200]), timeout=5000)
+    store.close()

@@ -69,7 +69,7 @@ class ChartsPanel(QWidget):
         self.group_note.hide()
         self.search = QLineEdit(placeholderText="search charts… (words or a glob: rewards/*)",
                                 clearButtonEnabled=True)
-        self.search.textChanged.connect(self._layout)
+        self.search.textChanged.connect(self._searched)
         # a crowded row of controls must not squeeze the box to a letter: a metric name stays readable
         self.search.setMinimumWidth(self.search.fontMetrics().horizontalAdvance(SEARCH_ROOM))
         self.show_constant = QCheckBox("show constant charts")
@@ -229,8 +229,6 @@ class ChartsPanel(QWidget):
         by_time = self.model.axis is Axis.TIME
         kind = DistributionChart if metric == distribution.CHART else ChartWidget
         chart = self.charts[metric] = kind(axisItems={"bottom": pg.DateAxisItem()} if by_time else None)
-        if len(self.charts) > 1:  # zoom and pan one chart, all follow
-            chart.setXLink(next(iter(self.charts.values())))
         chart.setMinimumHeight(CHART_HEIGHT)
         chart.setLabel("bottom", self.model.axis.value)  # "step" or "wall time": what x is, said on the chart
         chart.setLabel("left", html.escape(metric))  # pyqtgraph reads labels as rich text
@@ -275,6 +273,13 @@ class ChartsPanel(QWidget):
     def _title(self, metric: str) -> None:
         self.charts[metric].setTitle(f"{metric}  (pinned)" if metric in (self.model.pinned or []) else metric)
 
+    def _searched(self, *_: object) -> None:
+        """Another set of charts: each fits its x range to its own data again (a chart searched alone
+        fills its plot instead of keeping the range a longer, now hidden chart set through the link)."""
+        self._layout()
+        for metric in self.shown:
+            self.charts[metric].set_follow(True)
+
     def _layout(self, *_: object) -> None:
         for chart in self.charts.values():
             self.grid.removeWidget(chart)
@@ -286,6 +291,11 @@ class ChartsPanel(QWidget):
             self.charts[metric].show()
         for metric in set(self.charts) - set(grid.shown):
             self.charts[metric].hide()
+            self.charts[metric].setXLink(None)
+        for metric in grid.shown[1:]:  # zoom and pan one shown chart, the others follow; a hidden chart's
+            self.charts[metric].setXLink(self.charts[grid.shown[0]])  # longer run no longer sets their range
+        if grid.shown:
+            self.charts[grid.shown[0]].setXLink(None)
         self.folded.setText(folded_text(grid.folded, self.model.constant))
         self.folded.setVisible(bool(grid.folded))
         self.redraw()
