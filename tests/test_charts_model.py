@@ -201,3 +201,18 @@ def test_pins_are_kept_in_the_store(store):
     model.pin("lr", False)
     assert model.pinned == ["loss"] and store.setting("pinned_charts") == ["loss"]
     assert model_of(store, ["r0"]).pinned == ["loss"]  # the next app start
+
+
+def test_each_grouping_keeps_its_colors_when_the_user_switches_back_and_forth(store):
+    """Ungrouped, by lr, by seed, and back: every run and every group has the color it had the last
+    time that view was shown (a color that changes with a toggle reads as another run)."""
+    model = model_of(store, ["r0", "r1", "r2", "r3"])
+    seen: dict[str | None, dict] = {}
+    for mode in (None, "config:lr", "config:seed", None, "config:lr", "config:seed", "config:lr", None):
+        model.set_group_by(mode)
+        colors = {owner: slot for owner, _, slot in model.legend()}
+        assert len(set(colors.values())) == len(colors)  # told apart within the view
+        if mode in seen:
+            assert colors == seen[mode], mode
+        seen[mode] = colors
+    assert len(seen[None]) == 4 and len(seen["config:lr"]) == len(seen["config:seed"]) == 2
