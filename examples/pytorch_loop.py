@@ -1,8 +1,11 @@
 """A plain PyTorch loop with Pilothouse: metrics, live lr, pause, checkpoints, stop.
 
     pip install -e '.[torch]'                    # what it needs: torch
-    python examples/pytorch_loop.py [--steps 500] [--agent URL]
+    python examples/pytorch_loop.py [--steps 1200] [--pace 0.2] [--agent URL]
     pilothouse set pytorch-loop lr=0.01     # the optimizer follows at the next step
+
+About four minutes by default (0.2 s a step), time to steer it; ``--steps 0`` runs until stopped,
+``--pace 0`` at full speed.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import pilothouse as ph
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--steps", type=int, default=1200, help="steps to run (0: until stopped)")
+    parser.add_argument("--pace", type=float, default=0.2, help="each step takes at least this many seconds")
     parser.add_argument("--agent", default=None, help="agent URL (default: the local agent, started if absent)")
     parser.add_argument("--checkpoint-dir", default="checkpoints")
     args = parser.parse_args()
@@ -31,7 +35,8 @@ def main() -> None:
     ph.torch.bind_checkpoints(run, model, optimizer, directory=args.checkpoint_dir)  # saved on request, paused too
     print(run.id, flush=True)
     target = torch.randn(8, 1)
-    for step in range(args.steps):
+    step = 0
+    while not args.steps or step < args.steps:
         if run.sync(step).stop:
             break
         started = time.perf_counter()
@@ -43,6 +48,8 @@ def main() -> None:
         optimizer.step()
         run.log({"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": optimizer.param_groups[0]["lr"],
                  "step_time": time.perf_counter() - started}, step=step)
+        time.sleep(max(0.0, args.pace - (time.perf_counter() - started)))
+        step += 1
     run.finish()
 
 

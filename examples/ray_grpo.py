@@ -1,12 +1,14 @@
 """GRPO on Ray, steerable from the app: a driver, rollout actors, a learner actor (the demo's toy task).
 
     pip install -e '.[ray,torch]'                # what it needs: ray, torch
-    python examples/ray_grpo.py [--address auto] [--workers 2] [--steps 300]
+    python examples/ray_grpo.py [--address auto] [--workers 2] [--steps 900] [--pace 0.2]
 
 ``pilothouse.ray.start_agents()`` puts an agent on every node; each actor's ``ph.init()`` finds the
 one on its node by itself and logs there as a rank of the same run.  The driver holds rank 0: it
 steps the job, so a pause holds every worker at one step, and a change or a checkpoint reaches
-every actor before the step's work starts.  "applied" reports the actors' own values.
+every actor before the step's work starts.  "applied" reports the actors' own values.  By default it
+runs three minutes or more (900 steps of at least 0.2 s), time to steer it; ``--steps 0`` runs
+until stopped, ``--pace 0`` at full speed.
 """
 
 from __future__ import annotations
@@ -133,8 +135,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--steps", type=int, default=300, help="0: until stopped")
-    p.add_argument("--pace", type=float, default=0.0, help="each step takes at least this many seconds")
+    p.add_argument("--steps", type=int, default=900, help="0: until stopped")
+    p.add_argument("--pace", type=float, default=0.2, help="each step takes at least this many seconds")
     p.add_argument("--agent-port", type=int, default=ph_ray.DEFAULT_PORT,
                    help="each node's agent port (0: a free one per node, for several nodes on one machine)")
     p.add_argument("--agent-data", default=None, help="each node's agent data dir ({node}: the node id)")

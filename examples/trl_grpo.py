@@ -2,10 +2,13 @@
 and a character tokenizer built in code, so nothing is downloaded.
 
     pip install -e '.[trl,torch]'                # what it needs: trl, transformers, datasets, torch
-    python examples/trl_grpo.py [--steps 300] [--agent URL]
+    python examples/trl_grpo.py [--steps 900] [--pace 0.2] [--agent URL]
     pilothouse set trl-grpo temperature=0.7 reward_weights/brevity=0.5    # the next generation uses them
     pilothouse pause trl-grpo && pilothouse checkpoint trl-grpo            # saved at the paused step
     pilothouse rollouts trl-grpo                                           # every step's completions
+
+About three minutes by default (0.2 s a step), time to steer it; ``--steps 0`` runs until stopped,
+``--pace 0`` at full speed.
 
 One line adds Pilothouse, with no run of your own: ``trainer.add_callback(PilothouseCallback())``
 (project $PILOTHOUSE_PROJECT, name from ``run_name``; the agent from $PILOTHOUSE_AGENT or local).
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import time
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -23,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from pilothouse.hf import PilothouseCallback  # noqa: E402
@@ -67,15 +71,31 @@ def make_trainer(steps: int, output_dir: str, callbacks: list | None = None, **s
                        processing_class=tokenizer, callbacks=callbacks)
 
 
+UNTIL_STOPPED = 10**9  # --steps 0: max_steps the trainer never reaches (its LR schedule stays flat)
+
+
+class Pace(TrainerCallback):
+    """Each step takes at least ``seconds``: a tiny model on a CPU trains in seconds, too fast to steer."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.last = seconds, time.monotonic()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        time.sleep(max(0.0, self.seconds - (time.monotonic() - self.last)))
+        self.last = time.monotonic()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=900, help="steps to run (0: until stopped)")
+    parser.add_argument("--pace", type=float, default=0.2, help="each step takes at least this many seconds")
     parser.add_argument("--agent", default=None)
     args = parser.parse_args()
     if args.agent:
         os.environ["PILOTHOUSE_AGENT"] = args.agent
-    trainer = make_trainer(args.steps, tempfile.mkdtemp(prefix="trl-grpo-"))
+    trainer = make_trainer(args.steps or UNTIL_STOPPED, tempfile.mkdtemp(prefix="trl-grpo-"))
     trainer.add_callback(PilothouseCallback(project="examples"))
+    trainer.add_callback(Pace(args.pace))
     trainer.train()
 
 

@@ -1,4 +1,5 @@
-"""The examples users copy, run as they would run them (short step counts), against a real agent."""
+"""The examples users copy, run as they would run them (short step counts at full speed: by default
+each runs minutes, for a human to steer), against a real agent."""
 
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ def finished(url: str, run_id: str) -> dict:
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("cmd, steps", [
-    ([sys.executable, "examples/pytorch_loop.py", "--steps", "50"], 49),
-    ([sys.executable, "examples/hf_trainer.py", "--steps", "10"], 10),
+    ([sys.executable, "examples/pytorch_loop.py", "--steps", "50", "--pace", "0"], 49),
+    ([sys.executable, "examples/hf_trainer.py", "--steps", "10", "--pace", "0"], 10),
     ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-      "examples/torchrun_ddp.py", "--steps", "30"], 29),
-    ([sys.executable, "examples/trl_grpo.py", "--steps", "10"], 10),
+      "examples/torchrun_ddp.py", "--steps", "30", "--pace", "0"], 29),
+    ([sys.executable, "examples/trl_grpo.py", "--steps", "10", "--pace", "0"], 10),
 ], ids=["pytorch-loop", "hf-trainer", "torchrun-2-ranks", "trl-grpo"])
 def test_example_runs_to_the_end_and_is_recorded(agent_proc, cmd, steps):
     if "examples/hf_trainer.py" in cmd:
