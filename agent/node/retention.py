@@ -26,7 +26,7 @@ from pilothouse.wire.watched import USER_KINDS
 log = logging.getLogger("pilothouse.agent")
 
 REMOVE_ROWS = int(os.environ.get("PILOTHOUSE_REMOVE_ROWS", "2000"))  # journal rows deleted per batch, at most
-REMOVE_BYTES = 256 * 1024  # and about this much data: a batch holds the loop for about 8 ms (see the README)
+REMOVE_BYTES = 256 * 1024  # and about this much data: a batch holds the loop for about 8 ms (docs/cli.md, "pilothouse rm")
 MAX_RUNS = 10_000  # runs one request may name
 LIVE = ("running", "paused")
 

@@ -161,7 +161,7 @@ class Unknown:
     def file(self, path: Path) -> Any:
         first = _first_line(path)[:120]
         raise ValueError(f"no reader knows its first line, {first!r}: a verl file-logger line is "
-                         '{"step": N, "data": {...}}; the README lists the files each framework writes')
+                         '{"step": N, "data": {...}}; docs/frameworks.md lists the files each framework writes')
 
 
 def _first_line(path: Path) -> str:
