@@ -1,5 +1,7 @@
 """``python -m pilothouse.gui [--agent URL ...] [--store FILE] [--keys DIR]``: the desktop app
-(``pilothouse gui`` runs this)."""
+(``pilothouse gui`` runs this).  Without ``--agent`` it follows the user's running local agents (as
+``pilothouse agents`` lists them, those started later too) besides the remembered ones; an explicit
+``--agent`` is followed as given, and only the remembered agents with it."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from pilothouse.text import url_arg
 def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pilothouse gui", description="The Pilothouse desktop app.")
     parser.add_argument("--agent", action="append", type=url_arg, default=[],
-                        help="agent URL to follow (repeatable); added to the remembered agents")
+                        help="agent URL to follow (repeatable); added to the remembered agents. Without it, the "
+                             "app follows your running local agents (`pilothouse agents`) and the remembered ones")
     parser.add_argument("--store", help="the app's local store file (default: the user data dir)")
     parser.add_argument("--keys", help=f"CurveZMQ keyring directory (default: ${ENV_KEYS} or the user config dir)")
     return parser
@@ -32,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
     from ._qt.app import run_app  # Qt only once the arguments are known to be good
 
-    return run_app(sys.argv[:1], args.store, args.agent)
+    return run_app(sys.argv[:1], args.store, args.agent, local=not args.agent)
 
 
 if __name__ == "__main__":

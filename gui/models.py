@@ -7,15 +7,18 @@ so filtering, ordering, selection and diffing are tested without a display.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from pilothouse.event_text import event_lines
 from pilothouse.gui.attempts import members
 from pilothouse.gui.jobs import is_job_node
 from pilothouse.gui.run_columns import CONFIG, FIXED, MISSING, SUMMARY, Column, default_config_columns, ordered
 from pilothouse.wire.metric_order import by_importance, importance
+from pilothouse.wire.urls import is_loopback
 from pilothouse.wire.watched import USER_KINDS, WATCHED
 
 RunKey = tuple[str, str]  # (agent URL, run id): one run resumed on another node is one row (see ``attempts``)
@@ -78,8 +81,8 @@ class RunRow:
         return _FIXED_VALUES[column.key](self)
 
     def matches(self, text: str) -> bool:
-        """Case-insensitive: every word of ``text`` appears in the project, name, id or host."""
-        hay = " ".join((self.title, self.run_id, self.host)).lower()
+        """Case-insensitive: every word of ``text`` appears in the project, name, id, host or agent URL."""
+        hay = " ".join((self.title, self.run_id, self.host, self.agent)).lower()
         return all(word in hay for word in text.lower().split())
 
 
@@ -190,6 +193,12 @@ class RunsModel:
     def row(self, key: RunKey) -> RunRow | None:
         return self._rows.get(key)
 
+    def titles(self) -> dict[RunKey, str]:
+        """What the run column calls each run: its title, told apart where titles collide
+        (``distinct_titles``), over every run (not only the filtered ones, so a label does not
+        change as the user types a filter)."""
+        return distinct_titles(self._rows.values())
+
     # --- columns (config keys and last values beside the fixed ones) and sorting -------------
 
     @property
@@ -267,6 +276,41 @@ class RunsModel:
 
 
 LIVE = ("running", "paused")
+
+
+def agent_place(url: str) -> str:
+    """How a row names its agent: ``host:port`` of a tcp URL, only ``:port`` on this machine's loopback
+    (every local agent is there: the port is what differs), the file's name of an ipc URL."""
+    parts = urlsplit(url)
+    if parts.scheme == "ipc":
+        return os.path.basename(url[len("ipc://"):].rstrip("/")) or url
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is not None and is_loopback(url):
+        return f":{port}"
+    return parts.netloc or url
+
+
+def distinct_titles(rows: Iterable[RunRow]) -> dict[RunKey, str]:
+    """Each row's title, told apart from rows of the same title: by its agent's ``host:port`` when they
+    are on several agents (two demos both run ``grpo-demo/lr3e-3``), by its id when one agent holds
+    several (a script run twice), both where both happen."""
+    by_title: dict[str, list[RunRow]] = {}
+    for row in rows:
+        by_title.setdefault(row.title, []).append(row)
+    out = {}
+    for title, group in by_title.items():
+        agents = {r.agent for r in group}
+        for r in group:
+            label = title
+            if len(agents) > 1:
+                label += f" @ {agent_place(r.agent)}"
+            if sum(o.agent == r.agent for o in group) > 1:
+                label += f" ({r.run_id})"
+            out[r.key] = label
+    return out
 
 
 def first_screen(rows: Iterable[RunRow], remembered: Iterable[RunKey] = ()) -> list[RunKey]:

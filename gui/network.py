@@ -234,7 +234,10 @@ class AgentLink:
 
 
 class Links:
-    """The app's agents: remembered in the local store, one ``AgentLink`` each while started."""
+    """The app's agents: remembered in the local store, one ``AgentLink`` each while started.  An agent
+    added with ``remember=False`` (one of the user's running local agents, ``pilothouse.local_agents``)
+    is followed for this session only: a demo's agent on a random port, once ended, must not be
+    chased as a dead agent by every later start of the app.  Its runs stay in the store either way."""
 
     def __init__(self, store_path: str | Path | None = None, *, on_batch: BatchCallback | None = None,
                  on_health: HealthCallback | None = None, **link_options: float):
@@ -244,20 +247,36 @@ class Links:
         self.link_options = link_options
         self.store = LocalStore(store_path)  # this (the caller's) thread's connection
         self.links: dict[str, AgentLink] = {}
+        self.session: list[str] = []  # followed, not remembered (``add(remember=False)``), in the order added
         self.started = False
 
     def agents(self) -> list[dict]:
-        return self.store.agents()
+        """The agents followed: the remembered ones (url, name, added, cursor), then this session's."""
+        remembered = self.store.agents()
+        known = {a["url"] for a in remembered}
+        return remembered + [{"url": u, "name": None, "added": None, "cursor": None}
+                             for u in self.session if u not in known]
 
-    def add(self, url: str, name: str | None = None) -> AgentLink | None:
-        """Remember an agent (validated URL) and follow it if the links are started."""
+    def remembered(self, url: str) -> bool:
+        return any(a["url"] == url for a in self.store.agents())
+
+    def add(self, url: str, name: str | None = None, remember: bool = True) -> AgentLink | None:
+        """Follow an agent (validated URL) once the links are started; remember it in the store
+        (followed by every later start) unless ``remember`` is False."""
         url = check_url(url)
-        self.store.add_agent(url, name)
+        if remember:
+            self.store.add_agent(url, name)
+            if url in self.session:
+                self.session.remove(url)
+        elif url not in self.session and not self.remembered(url):
+            self.session.append(url)
         if self.started:
             return self._start(url)
         return None
 
     def remove(self, url: str, keep_data: bool = True) -> None:
+        if url in self.session:
+            self.session.remove(url)
         link = self.links.pop(url, None)
         if link is not None:
             link.stop()
@@ -266,7 +285,7 @@ class Links:
 
     def start(self) -> None:
         self.started = True
-        for agent in self.store.agents():
+        for agent in self.agents():
             self._start(agent["url"])
 
     def stop(self) -> None:

@@ -52,6 +52,7 @@ from .config import ConfigPanel
 from .export import export_chart_png, export_run_csv
 from .help import ShortcutsDialog, add_doc_actions, show_about
 from .job_offers import JobOffers
+from .local_follow import EVERY, LocalFollow
 from .rollouts import RolloutsPanel
 from .runs_table import COLUMNS, RunsHeader, RunsTableModel
 from .status_icons import StatusDelegate
@@ -62,8 +63,8 @@ from .theme import apply_theme
 REDRAW_MS = 30
 STOP_NAMES = 5  # a stop confirmation names this many runs, then "and N more"
 RESIZE_S = 2.0  # the run table's columns fit grown values (a longer step) at most this often
-EMPTY = ("No agents yet: run `pilothouse agent` on a node, then add it here (Agents → Add agent…, "
-         "e.g. tcp://127.0.0.1:7766).")
+EMPTY = ("No agents yet: run `pilothouse agent` (`pilothouse gui` without --agent follows the agents you "
+         "start on this machine), or add one on another node here (Agents → Add agent…, e.g. tcp://127.0.0.1:7766).")
 
 
 class Bridge(QObject):
@@ -75,7 +76,8 @@ class Bridge(QObject):
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, store_path: str | Path | None = None, agents: Sequence[str] = ()):
+    def __init__(self, store_path: str | Path | None = None, agents: Sequence[str] = (), local: bool = False):
+        """``agents``: URLs to follow (and remember); ``local``: follow the user's running local agents too."""
         super().__init__()
         self.setWindowTitle("Pilothouse")
         self.bridge = Bridge()
@@ -96,6 +98,7 @@ class MainWindow(QMainWindow):
         self._sized = 0.0  # when the run table's columns were last fitted to their contents
         self._closed = False
         self._opened = False  # the first screen (the last selection, else the live runs) is shown
+        self.local: LocalFollow | None = None  # the user's running local agents, followed (``follow_local_agents``)
         self._build()
         self.bridge.batch.connect(self._on_batch)
         self.bridge.tiers.connect(self.charts.remote_answered)
@@ -110,9 +113,17 @@ class MainWindow(QMainWindow):
             self.store_work.finish_pending()
         self.redraw = QTimer(self, singleShot=True, interval=REDRAW_MS, timeout=self._redraw)
         self.links.start()
+        if local:
+            self.follow_local_agents()
         self.system.show_agents(self.store)
         self._schedule()
         self._restore_layout()
+
+    def follow_local_agents(self, every: float = EVERY) -> None:
+        """Follow the agents this user runs on this machine, those that start later too (their records
+        are read every ``every`` seconds, off this thread), for this session only."""
+        if self.local is None:
+            self.local = LocalFollow(self, self, every)
 
     # --- layout ---------------------------------------------------------------------------
 
@@ -231,6 +242,8 @@ class MainWindow(QMainWindow):
         settings.setValue("dark", "true" if self.dark.isChecked() else "false")
         self.redraw.stop()
         self.notices.close()
+        if self.local is not None:
+            self.local.close()
         for signal in (self.bridge.batch, self.bridge.health, self.bridge.tiers, self.calls.answered,
                        self.store_work.done):
             signal.disconnect()  # queued signals from link threads must not reach a closed store
@@ -270,6 +283,8 @@ class MainWindow(QMainWindow):
         self._schedule(rows=runs is not None and rows_changed)
 
     def _on_health(self, health: Health) -> None:
+        if health.state == "stopped" and health.url not in self.links.links:
+            return  # the last word of an agent no longer followed: not listed as one
         self.health[health.url] = health
         self._schedule(rows=False)
 
@@ -498,6 +513,8 @@ class MainWindow(QMainWindow):
                                        editable=False)
         if ok:
             self.unfollow(url)
+            if self.local is not None:
+                self.local.drop(url)  # still running: its record must not bring it back
             self.agents_changed()
 
     def _ask_agent(self) -> None:
@@ -515,9 +532,13 @@ class MainWindow(QMainWindow):
     def followed(self) -> list[str]:
         return [a["url"] for a in self.links.agents()]
 
-    def follow(self, url: str) -> None:
-        """Follow an agent (ValueError for a bad URL); its alerts notify from now on."""
-        self.links.add(url)
+    def remembered(self, url: str) -> bool:
+        return self.links.remembered(url)
+
+    def follow(self, url: str, remember: bool = True) -> None:
+        """Follow an agent (ValueError for a bad URL), remembered for later starts unless ``remember``
+        is False; its alerts notify from now on."""
+        self.links.add(url, remember=remember)
         self.notices.follow(url, self.store.cursor(url))
 
     def unfollow(self, url: str) -> None:
@@ -540,12 +561,12 @@ def _health_text(h: Health) -> str:
     return f"{h.url} {mark} {h.state}{lag} · {h.points_per_s:,.0f} pts/s{problem}"
 
 
-def run_app(argv: Sequence[str], store_path: str | Path | None, agents: Sequence[str]) -> int:
+def run_app(argv: Sequence[str], store_path: str | Path | None, agents: Sequence[str], local: bool = False) -> int:
     app = QApplication.instance() or QApplication(list(argv))
     # garbage is collected on the UI thread only: a collection triggered on a network thread
     # could otherwise delete Qt objects there and crash the app
     collector = GarbageCollector(interval=1.0)
-    window = MainWindow(store_path, agents)
+    window = MainWindow(store_path, agents, local)
     window.show()
     try:
         return app.exec()

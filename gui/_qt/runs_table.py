@@ -38,6 +38,7 @@ class RunsTableModel(QAbstractTableModel):
         self.firing = firing  # a run's firing alerts, for the badge's tooltip
         self._rows: list[RunRow] = []
         self._extra: list[Column] = []  # the columns after the fixed ones, as of the last refresh
+        self._titles: dict[RunKey, str] = {}  # the run column's text: titles told apart where they collide
         self.slots: dict[RunKey, int] = {}  # the compared runs' color slots: a swatch by their name
         self._italic = QFont()
         self._italic.setItalic(True)  # a summary column's header: a last value, not a config key
@@ -53,6 +54,7 @@ class RunsTableModel(QAbstractTableModel):
         changed (a reset: the view loses its selection), False when only values did (the cells
         are repainted, nothing is reset)."""
         rows, extra = self.runs.rows(), self.runs.extra_columns()
+        self._titles = self.runs.titles()
         if extra == self._extra and [r.key for r in rows] == [r.key for r in self._rows]:
             self._rows = rows
             if rows:
@@ -100,7 +102,7 @@ class RunsTableModel(QAbstractTableModel):
             return self._extra_data(row, self._extra[index.column() - len(COLUMNS)], role)
         column = COLUMNS[index.column()]
         if role == DISPLAY:
-            return _cell(row, column)
+            return _cell(row, column, self._titles.get(row.key, row.title))
         if role == DECORATION:
             slot = self.slots.get(row.key) if column == "run" else None
             return swatch(slot) if slot is not None else None
@@ -136,13 +138,13 @@ def _header_tip(column: Column) -> str:
     return SORT_HINT
 
 
-def _cell(row: RunRow, column: str) -> str:
+def _cell(row: RunRow, column: str, title: str) -> str:
     if column == "status":
         return row.status  # its icon is drawn by status_icons.StatusDelegate: no font has to hold it
     if column == "alerts":
         return f"⚠ {row.alerts}" if row.alerts else ""
     if column == "run":
-        return f"{row.title} (watched)" if row.watched else row.title
+        return f"{title} (watched)" if row.watched else title
     if column == "step":
         attempt = f" ↻{row.attempts}" if row.attempts > 1 else ""  # resumed: attempt 2, 3, ...
         return ("" if row.step is None else str(row.step)) + attempt
