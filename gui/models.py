@@ -278,6 +278,25 @@ class RunsModel:
 LIVE = ("running", "paused")
 
 
+IDLE_WHEN = {  # a fixed column that says nothing about these rows: hidden, so the others fit beside the charts
+    "alerts": lambda rows: not any(r.alerts for r in rows),
+    "lost": lambda rows: not any(r.lost_records for r in rows),
+    "host": lambda rows: len({r.host for r in rows}) <= 1,  # one machine: each row's tooltip names it
+}
+
+
+def idle_columns(rows: list[RunRow]) -> set[str]:
+    """The fixed columns to hide for these rows: no alert firing, no record lost, all on one host."""
+    return {name for name, idle in IDLE_WHEN.items() if idle(rows)}
+
+
+def held_order(rows: list[RunRow], order: list[RunKey]) -> list[RunRow]:
+    """``rows`` in the order ``order`` had them (the rows shown now), those not in it last in their
+    own order: a held table moves no row, a new run comes in below the others."""
+    where = {key: i for i, key in enumerate(order)}
+    return sorted(rows, key=lambda r: where.get(r.key, len(where)))  # stable: new rows keep their order
+
+
 def agent_place(url: str) -> str:
     """How a row names its agent: ``host:port`` of a tcp URL, only ``:port`` on this machine's loopback
     (every local agent is there: the port is what differs), the file's name of an ipc URL."""

@@ -32,6 +32,7 @@ from support.sockets import free_port  # noqa: E402
 from support.waiting import wait_until  # noqa: E402
 
 from pilothouse.gui._qt.runs_table import COLUMNS  # noqa: E402
+from pilothouse.gui.models import RunRow, distinct_titles  # noqa: E402
 
 RUN = COLUMNS.index("run")
 
@@ -188,3 +189,16 @@ def test_pilothouse_gui_follows_local_agents_without_agent_and_only_the_given_on
                 p.wait()
         a.stop()
         b.stop()
+
+
+def test_titles_are_told_apart_by_agent_and_by_id_where_they_collide():
+    a, b = "tcp://127.0.0.1:1", "tcp://127.0.0.1:45123"
+
+    def row(agent, run_id, name):
+        return RunRow(agent, run_id, "p", name, "running", None, None, None, "", 0, 0.0)
+    rows = [row(a, "r1", "x"), row(b, "r2", "x"), row(b, "r3", "x"), row(a, "r4", "y"),
+            row("ipc:///tmp/pilothouse/agent.sock", "r5", "y"), row("tcp://gpu-7:7766", "r6", "z")]
+    assert distinct_titles(rows) == {(a, "r1"): "p/x @ :1", (b, "r2"): "p/x @ :45123 (r2)",
+                                     (b, "r3"): "p/x @ :45123 (r3)", (a, "r4"): "p/y @ :1",
+                                     ("ipc:///tmp/pilothouse/agent.sock", "r5"): "p/y @ agent.sock",
+                                     ("tcp://gpu-7:7766", "r6"): "p/z"}

@@ -54,6 +54,7 @@ from .help import ShortcutsDialog, add_doc_actions, show_about
 from .job_offers import JobOffers
 from .local_follow import EVERY, LocalFollow
 from .rollouts import RolloutsPanel
+from .runs_pane import OrderHold, PaneFit, elide_middle, fit_columns, hide_idle
 from .runs_table import COLUMNS, RunsHeader, RunsTableModel
 from .status_icons import StatusDelegate
 from .store_dialogs import Ask, CleanupDialog, StoreWork, ask_user, fmt_bytes, live_text, removal_text
@@ -95,6 +96,7 @@ class MainWindow(QMainWindow):
         self._events_keys: list[RunKey] = []  # the runs the Events pane shows
         self._dirty = True
         self._rows_dirty = True
+        self._reorder = False  # the user asked for an order (a header click, a filter): not held
         self._sized = 0.0  # when the run table's columns were last fitted to their contents
         self._closed = False
         self._opened = False  # the first screen (the last selection, else the live runs) is shown
@@ -138,7 +140,9 @@ class MainWindow(QMainWindow):
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setWordWrap(False)
         self.table.setItemDelegateForColumn(COLUMNS.index("status"), StatusDelegate(self.table))  # drawn icons
-        self.table_header = RunsHeader(self.table, self.table_model, self._schedule)  # sort, choose columns
+        elide_middle(self.table)
+        self.table_header = RunsHeader(self.table, self.table_model, self._resort)  # sort, choose columns
+        self.order_hold = OrderHold(self.table, self._schedule)  # no re-sort under the pointer
         self.table.selectionModel().selectionChanged.connect(self._on_select)
         left = QWidget()
         column = QVBoxLayout(left)
@@ -178,6 +182,7 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(right)
         self.splitter.setStretchFactor(1, 3)
         self.splitter.setSizes([440, 840])
+        self.pane_fit = PaneFit(self.splitter, self.table)  # grown to its columns until the user drags it
         self.setCentralWidget(self.splitter)
 
         bar = QToolBar("Run control", objectName="control")
@@ -304,18 +309,21 @@ class MainWindow(QMainWindow):
             self._rows_dirty = True  # the badges
         if self._rows_dirty:
             self._rows_dirty = False
-            if self.table_model.refresh():  # rows or columns changed, not only values: sized at once
+            hold, self._reorder = not self._reorder and self.order_hold.holding(), False
+            if self.table_model.refresh(hold):  # rows or columns changed, not only values: sized at once
                 self._reselect(self.runs.selected())
                 self._sized = 0.0
+            self.order_hold.note(self.table_model.held)  # re-sorted once the hold ends
             if not self._opened and self.runs.rows():
                 self._opened = True
                 first = first_screen(self.runs.rows(), self.store.selection())
                 if first:
                     self._reselect(first)
                     self._on_select()
-            if time.monotonic() - self._sized >= RESIZE_S:  # measuring every cell: not on each run list
-                self._sized = time.monotonic()
-                self.table.resizeColumnsToContents()
+            if hide_idle(self.table, self.table_model) or time.monotonic() - self._sized >= RESIZE_S:
+                self._sized = time.monotonic()  # measuring every cell: not on each run list
+                fit_columns(self.table, self.table_model)
+                self.pane_fit.fit()
             self.center.setCurrentWidget(self.tabs if self.links.agents() or self.runs.rows() else self.empty)
         self.charts.redraw()
         self.system.redraw()
@@ -325,6 +333,11 @@ class MainWindow(QMainWindow):
 
     def _on_filter(self, text: str) -> None:
         self.runs.set_filter(text)
+        self._resort()
+
+    def _resort(self) -> None:
+        """The user asked for another order or other rows: shown at once, even under the pointer."""
+        self._reorder = True
         self._schedule()
 
     def _on_select(self, *_: object) -> None:
@@ -401,6 +414,7 @@ class MainWindow(QMainWindow):
         if command == "stop" and keys and not self.confirm_stop(keys):
             self.statusBar().showMessage("stop cancelled: nothing sent", 5000)
             return
+        self.order_hold.touch()  # its answer changes the run's status: no re-sort under the user for a while
         for agent_url, run_id in keys:
             self.calls.call(agent_url, lambda c, run=run_id: c.command(run, command, who={"client": "gui"}), command)
         self.statusBar().showMessage(f"{command}: waiting for the trainer's answer…")

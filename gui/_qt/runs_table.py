@@ -1,5 +1,9 @@
 """The run list as a Qt table: a thin QAbstractTableModel over ``pilothouse.gui.models.RunsModel``,
-and its header (click to sort, right-click to choose the config and summary columns)."""
+and its header (click to sort, right-click to choose the config and summary columns).
+
+The model can hold its row order (``refresh(hold=True)``): a run paused under the pointer must not
+jump away, taking another run's row to where the user is about to click (``runs_pane.OrderHold``
+decides when); the rows re-sort once the hold ends, the selection on the same runs."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from PySide6.QtWidgets import QMenu, QTableView
 from pilothouse.wire.watched import STEER_HOW
 
 from ..alerts import Alert
-from ..models import RunKey, RunRow, RunsModel
+from ..models import RunKey, RunRow, RunsModel, held_order
 from ..run_columns import CONFIG, FIXED, FIXED_NAMES, SUMMARY, Column, cell_text
 from .legend import swatch
 from .theme import qcolor, status_color
@@ -39,6 +43,7 @@ class RunsTableModel(QAbstractTableModel):
         self._rows: list[RunRow] = []
         self._extra: list[Column] = []  # the columns after the fixed ones, as of the last refresh
         self._titles: dict[RunKey, str] = {}  # the run column's text: titles told apart where they collide
+        self.held = False  # the last refresh kept an order that the sort would change
         self.slots: dict[RunKey, int] = {}  # the compared runs' color slots: a swatch by their name
         self._italic = QFont()
         self._italic.setItalic(True)  # a summary column's header: a last value, not a config key
@@ -49,21 +54,42 @@ class RunsTableModel(QAbstractTableModel):
         if self._rows:
             self.dataChanged.emit(self.index(0, RUN_COLUMN), self.index(len(self._rows) - 1, RUN_COLUMN), [DECORATION])
 
-    def refresh(self) -> bool:
+    def refresh(self, hold: bool = False) -> bool:
         """Re-read the view model (after new runs, a filter change); True when the rows or columns
-        changed (a reset: the view loses its selection), False when only values did (the cells
-        are repainted, nothing is reset)."""
+        changed (a reset: the view loses its selection), False when only values or the order did
+        (the cells are repainted; a new order moves the rows, the selection with them).  ``hold``:
+        the listed runs keep their rows (new ones come last, gone ones go); ``held`` says whether
+        the sort would move some."""
         rows, extra = self.runs.rows(), self.runs.extra_columns()
         self._titles = self.runs.titles()
-        if extra == self._extra and [r.key for r in rows] == [r.key for r in self._rows]:
+        now = [r.key for r in self._rows]
+        wanted = [r.key for r in rows]
+        if hold and extra == self._extra:
+            rows = held_order(rows, now)
+        self.held = [r.key for r in rows] != wanted
+        keys = [r.key for r in rows]
+        if extra == self._extra and keys == now:
             self._rows = rows
             if rows:
                 self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, self.columnCount() - 1))
+            return False
+        if extra == self._extra and len(keys) == len(now) and set(keys) == set(now):
+            self._move(rows)
             return False
         self.beginResetModel()
         self._rows, self._extra = rows, extra
         self.endResetModel()
         return True
+
+    def _move(self, rows: list[RunRow]) -> None:
+        """The same runs in a new order: a layout change, so the view's selection and current row
+        stay on their runs (a reset would drop them)."""
+        self.layoutAboutToBeChanged.emit()
+        where = {r.key: i for i, r in enumerate(rows)}
+        old = self.persistentIndexList()
+        self.changePersistentIndexList(old, [self.index(where[self._rows[i.row()].key], i.column()) for i in old])
+        self._rows = rows
+        self.layoutChanged.emit()
 
     def row_at(self, index: int) -> RunRow:
         return self._rows[index]
