@@ -16,6 +16,7 @@ from pilothouse.cli import (
     import_cmd,
     key_metric,
     keys,
+    mcp_cmd,
     read,
     retention,
     rollouts,
@@ -85,5 +86,6 @@ def _parser() -> argparse.ArgumentParser:
     alerts.add_parser(reader)
     key_metric.add_parser(reader)
     gui.add_parsers(sub)
+    mcp_cmd.add_parser(sub, keys_arg)
     watch.add_parser(sub, keys_arg, default_agent)
     return p
