@@ -5,6 +5,7 @@ that holds the run asked for."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from pilothouse.cli.common import EXIT_ERROR, EXIT_USAGE, positive, print_table
@@ -19,6 +20,8 @@ def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParse
     a = sub.add_parser("agents", parents=[keys_arg], help="list your running agents on this machine "
                                                            "(the ones a command without --agent asks); "
                                                            "`agents stop` stops one")
+    a.add_argument("--json", action="store_true",
+                   help="machine-readable: a list of {url, pid, data, started, runs} (runs: null when it does not answer)")
     a.set_defaults(func=cmd_agents)
     actions = a.add_subparsers(dest="action", metavar="ACTION")
     s = actions.add_parser("stop", help="stop your agent (its pid or URL, as `pilothouse agents` lists them) "
@@ -34,6 +37,10 @@ def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParse
 
 def cmd_agents(args: argparse.Namespace) -> int:
     keys = Keyring(args.keys)
+    if getattr(args, "json", False):
+        print(json.dumps([{"url": a.url, "pid": a.pid, "data": a.data, "started": a.started,
+                           "runs": _runs(a.url, keys)} for a in recorded()]))
+        return 0
     rows = [("URL", "PID", "RUNS", "DATA")]
     for agent in recorded():
         rows.append((agent.url, str(agent.pid), _count(agent.url, keys), agent.data))
@@ -102,11 +109,16 @@ def _named(agents: list[LocalAgent]) -> str:
 
 
 def _count(url: str, keys: Keyring) -> str:
+    runs = _runs(url, keys)
+    return "?" if runs is None else str(runs)  # ?: busy, or not answering: it runs (its pid is alive) but says nothing
+
+
+def _runs(url: str, keys: Keyring) -> int | None:
     with Client(url, timeout=QUICK, keys=keys) as client:
         try:
-            return str(sum(r["kind"] in USER_KINDS for r in client.runs()))
+            return sum(r["kind"] in USER_KINDS for r in client.runs())
         except AgentError:
-            return "?"  # busy, or not answering: it runs (its pid is alive) but says nothing now
+            return None
 
 
 def find_agent(args: argparse.Namespace) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 
 from pilothouse.security import Keyring
@@ -15,8 +16,10 @@ def add_parser(sub: argparse._SubParsersAction, keys_arg: argparse.ArgumentParse
     i = ks.add_parser("init", parents=[keys_arg], help="create this machine's agent and client keypairs")
     i.add_argument("--force", action="store_true", help="replace existing keypairs (clients must be re-allowed)")
     i.set_defaults(func=cmd_init)
-    ks.add_parser("show", parents=[keys_arg], help="print public keys, allowed clients and trusted agents"
-                  ).set_defaults(func=cmd_show)
+    show = ks.add_parser("show", parents=[keys_arg], help="print public keys, allowed clients and trusted agents")
+    show.add_argument("--json", action="store_true",
+                      help='machine-readable: {"agent": KEY, "client": KEY, "allowed": {KEY: NAME}, "trusted": {URL: KEY}}')
+    show.set_defaults(func=cmd_show)
     a = ks.add_parser("allow", parents=[keys_arg], help="let a client's public key connect to this node's agent")
     a.add_argument("key", help="the client's public key (`pilothouse keys show` on the client)")
     a.add_argument("--name", help="who this is, for the audit log (default: from the key)")
@@ -40,6 +43,10 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     ring = Keyring(args.keys)
+    if args.json:
+        print(json.dumps({**{role: ring.public(role) for role in ("agent", "client")},
+                          "allowed": ring.allowed(), "trusted": ring.known_agents()}))
+        return 0
     _print_publics(ring)
     for key, name in ring.allowed().items():
         print(f"allowed client  {key}  {name}")

@@ -8,7 +8,7 @@ import sys
 
 from pilothouse.cli.common import EXIT_ERROR, RUN_HELP, Reader, client_for, print_table
 from pilothouse.cli.job import cmd_job
-from pilothouse.cli.tail import MetricFilter, Tail, terminal_width
+from pilothouse.cli.tail import MetricFilter, Tail, finite_or_text, json_line, steps_and_events, terminal_width
 from pilothouse.client import Client
 from pilothouse.event_text import Narrator
 from pilothouse.text import fmt_bytes, fmt_value, printable, write_points
@@ -31,6 +31,10 @@ def add_parsers(reader: Reader) -> None:
                    help="only metrics whose name matches this shell-style glob ('train/*', '*loss*'); "
                         "repeatable. Without it a step's line shows the most important metrics that fit "
                         "the terminal and '+N more'; with it every chosen metric, wrapped")
+    t.add_argument("--json", action="store_true",
+                   help="one JSON object per line: the run first ({\"run\": ID, ...} with its last values), then "
+                        "{\"step\": N, \"values\": {...}} per step (NaN and Inf as \"nan\", \"inf\", \"-inf\") and "
+                        "each event as `events --json` prints it")
 
     e = reader("export", "write every point of a run as CSV or JSON lines", cmd_export)
     e.add_argument("run", help=RUN_HELP)
@@ -92,6 +96,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
         if why:
             print(why, file=sys.stderr)
             return EXIT_ERROR
+        if args.json:
+            return _tail_json(client, run, row, after, args.history, metrics)
         tail = Tail(terminal_width(), metrics)
         attempt = f", attempt {row['attempts']}" if (row.get("attempts") or 1) > 1 else ""
         for line in tail.text(f"{row['project']}/{row['name']} ({run}) {row['status']} on {row['host']}, "
@@ -107,6 +113,24 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 print(line, flush=True)
                 if ended:
                     return 0
+    return 0
+
+
+def _tail_json(client: Client, run: str, row: dict, after: int, history: bool, metrics: MetricFilter) -> int:
+    """``tail --json``: what the text shows, a JSON object per line, flushed as it comes."""
+    last = {k: finite_or_text(v) for k, v in (row["summary"] or {}).items() if metrics(k)}
+    print(json.dumps({"run": run, "project": row["project"], "name": row["name"], "status": row["status"],
+                      "host": row["host"], "step": row["last_step"], "attempts": row.get("attempts") or 1,
+                      **({} if history else {"last": last})}), flush=True)
+    if row["status"] in ("finished", "crashed") and not history:
+        return 0
+    for page in client.follow(after=after, run=run, kinds=[KIND_METRIC, KIND_EVENT]):
+        for item in steps_and_events(page.entries, metrics):
+            line = json_line(item, metrics)
+            if line is not None:
+                print(line, flush=True)
+            if item[3]:
+                return 0
     return 0
 
 

@@ -8,6 +8,7 @@ only then remove: the agent hides the runs at once and deletes their rows in the
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +30,8 @@ def add_parsers(reader: Reader) -> None:
     g.add_argument("--max-size", type=_arg(parse_size), metavar="SIZE",
                    help="also the oldest ended runs until the journal's data is at most SIZE: 50GB, 800MB, 2TiB")
     g.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")
+    g.add_argument("--json", action="store_true", help='with --dry-run: machine-readable, {"runs": [...], "total": '
+                                                       'BYTES, "left": BYTES} (the journal\'s data now and after)')
     g.add_argument("-y", "--yes", action="store_true", help="remove without asking")
 
 
@@ -51,8 +54,14 @@ def cmd_gc(args: argparse.Namespace) -> int:
         print("pilothouse gc: say which runs: --older-than AGE (30d), --max-size SIZE (50GB), or both",
               file=sys.stderr)
         return EXIT_USAGE
+    if args.json and not args.dry_run:
+        print("pilothouse gc: --json says what would go: use it with --dry-run", file=sys.stderr)
+        return EXIT_USAGE
     with client_for(args) as client:
         found = client.gc_plan(args.older_than, args.max_size)
+        if args.json:
+            print(json.dumps({"runs": found["runs"], "total": found["total"], "left": found["left"]}, default=str))
+            return 0
         runs = found["runs"]
         if args.max_size is not None and found["left"] > args.max_size:
             print(f"the journal's data stays at {fmt_bytes(found['left'])} after this, above "

@@ -9,12 +9,15 @@ metric, as `grep` or a log file wants it.
 from __future__ import annotations
 
 import fnmatch
+import json
+import math
 import os
 import shutil
 import sys
 import textwrap
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from pilothouse.event_text import Narrator
 from pilothouse.text import fmt_value, printable
@@ -134,24 +137,52 @@ class Tail:
     def lines(self, entries: list[Entry]) -> Iterator[tuple[str, bool]]:
         """Each step's values and each event, in the order they came; True with the last line of the
         event that ends the run."""
-        steps: dict[int, dict[str, float]] = {}
-        for e in entries:
-            if e.kind == KIND_METRIC and self.metrics(e.metric):
-                s, v, _ = entry_points(e)
-                for step, value in zip(s.tolist(), v.tolist()):
-                    steps.setdefault(step, {})[e.metric] = value
-            elif e.kind == KIND_EVENT:
-                yield from self._steps(steps)
-                body = entry_body(e)
-                ended = (isinstance(body, dict) and body.get("event") == "status"
-                         and body.get("status") in ("finished", "crashed"))
-                lines = self.text("-- " + self.narrator.sentence(body))
-                for i, line in enumerate(lines):
-                    yield line, ended and i == len(lines) - 1
-        yield from self._steps(steps)
+        for step, values, body, ended in steps_and_events(entries, self.metrics):
+            if body is None:
+                for line in self.values(f"step {step:>8}", values):
+                    yield line, False
+                continue
+            lines = self.text("-- " + self.narrator.sentence(body))
+            for i, line in enumerate(lines):
+                yield line, ended and i == len(lines) - 1
 
-    def _steps(self, steps: dict[int, dict[str, float]]) -> Iterator[tuple[str, bool]]:
-        for step in sorted(steps):
-            for line in self.values(f"step {step:>8}", steps[step]):
-                yield line, False
-        steps.clear()
+
+Item = tuple[int, dict[str, float], Any, bool]  # (step, its values, None, False) or (0, {}, an event's body, ended)
+
+
+def steps_and_events(entries: list[Entry], metrics: MetricFilter) -> Iterator[Item]:
+    """A page's entries as each step's chosen values (steps in order, up to the next event) and each
+    event's body, with whether it ends the run: what `tail` prints, as text or (``--json``) as data."""
+    steps: dict[int, dict[str, float]] = {}
+    for e in entries:
+        if e.kind == KIND_METRIC and metrics(e.metric):
+            s, v, _ = entry_points(e)
+            for step, value in zip(s.tolist(), v.tolist()):
+                steps.setdefault(step, {})[e.metric] = value
+        elif e.kind == KIND_EVENT:
+            yield from _flush(steps)
+            body = entry_body(e)
+            yield 0, {}, body, (isinstance(body, dict) and body.get("event") == "status"
+                                and body.get("status") in ("finished", "crashed"))
+    yield from _flush(steps)
+
+
+def _flush(steps: dict[int, dict[str, float]]) -> Iterator[Item]:
+    for step in sorted(steps):
+        yield step, steps[step], None, False
+    steps.clear()
+
+
+def json_line(item: Item, metrics: MetricFilter) -> str | None:
+    """``tail --json``'s line for one item: ``{"step": N, "values": {...}}`` (non-finite values as "nan",
+    "inf", "-inf", as `export --format jsonl` writes them) or an event's body as `events --json` prints
+    it; None for a step none of whose metrics were chosen."""
+    step, values, body, _ = item
+    if body is not None:
+        return json.dumps(body, default=str)
+    chosen = {name: finite_or_text(values[name]) for name in sorted(values, key=importance) if metrics(name)}
+    return json.dumps({"step": step, "values": chosen}) if chosen else None
+
+
+def finite_or_text(value: float) -> float | str:
+    return value if math.isfinite(value) else repr(value)
