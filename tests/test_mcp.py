@@ -19,6 +19,10 @@ from support.processes import AgentProcess, finish, run_cli, start_trainer
 from support.sockets import free_port
 from support.waiting import wait_until
 
+from pilothouse.mcp_tools import history
+from pilothouse.mcp_tools.reach import Reach, ToolFailure
+from pilothouse.security import Keyring
+
 pytestmark = pytest.mark.xdist_group("mcp")
 
 READS = {"list_runs", "run_summary", "metric_history", "rollouts", "search_rollouts", "events", "alerts"}
@@ -156,6 +160,29 @@ def test_every_tool_is_listed_and_the_read_tools_answer(reader, trainer, agent):
     fired = reader.call("alerts").structured_content
     assert [(a["run"], a["rule"]) for a in fired["firing"]] == [(run_id, "reward-collapse")]
     assert [r["name"] for r in fired["rules"]] == ["reward-collapse"]
+
+
+def test_a_large_runs_history_is_folded_from_its_tiers_with_the_same_totals(trainer, agent, monkeypatch):
+    """Above RAW_POINTS a run is not read point by point: its agent folds the tiers; the totals agree."""
+    _, run_id = trainer
+    reach = Reach([agent.url], Keyring())
+    exact = history.metric_history(reach, run_id, "reward/mean", buckets=10).data
+    monkeypatch.setattr(history, "RAW_POINTS", 0)
+    tiered = wait_until(lambda: _tiers_answer(reach, run_id), timeout=20, what="the run's tiers").data
+    assert tiered["resolution"] == 16 and len(tiered["buckets"]) <= 10
+    assert sum(b["count"] for b in tiered["buckets"]) == 100
+    for key in ("points", "nonfinite", "first_nonfinite_step", "min", "max", "last", "last_step"):
+        assert tiered[key] == exact[key], key
+    [nan_bucket] = [b for b in tiered["buckets"] if b["nonfinite"]]
+    assert nan_bucket["from_step"] <= 30 <= nan_bucket["to_step"]
+
+
+def _tiers_answer(reach, run_id):
+    try:
+        return history.metric_history(reach, run_id, "reward/mean", buckets=10)
+    except ToolFailure as exc:
+        assert "still folding" in str(exc)
+        return None
 
 
 def test_steering_is_refused_without_allow_steer_and_changes_nothing(reader, trainer, agent):
