@@ -19,6 +19,7 @@ from support.processes import AgentProcess, finish, run_cli, start_trainer
 from support.sockets import free_port
 from support.waiting import wait_until
 
+import pilothouse as ph
 from pilothouse.mcp_tools import history
 from pilothouse.mcp_tools.reach import Reach, ToolFailure
 from pilothouse.security import Keyring
@@ -258,3 +259,15 @@ def test_without_the_sdk_the_command_says_which_extra_to_install():
     code = "import sys; sys.modules['mcp'] = None; from pilothouse.cli import main; sys.exit(main(['mcp']))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "pip install 'pilothouse[mcp]'" in out.stderr, out.stderr
+
+
+def test_without_agent_urls_the_server_reads_your_agents_on_this_machine(agent_proc):
+    run = ph.init(project="local", name="found", agent=agent_proc.url)
+    run.finish()
+    session = McpSession([])  # this test's runtime dir, where agent_proc recorded itself, as `pilothouse agents` reads
+    try:
+        runs = session.call("list_runs", {"project": "local"})
+        assert [(r["id"], r["agent"]) for r in runs.structured_content["runs"]] == [(run.id, agent_proc.url)]
+        assert session.call("run_summary", {"run": "found"}).structured_content["agent"] == agent_proc.url
+    finally:
+        session.close()

@@ -9,10 +9,12 @@ address of its choosing.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from pilothouse.client import AgentError, AgentUnavailable, Client
 from pilothouse.local_agents import NOT_FOUND, QUICK, recorded
@@ -45,7 +47,8 @@ class Reach:
     def urls(self) -> list[str]:
         if self.given:
             return self.given
-        return [DEFAULT_URL, *(a.url for a in recorded() if a.url != DEFAULT_URL)]
+        mine = [a.url for a in recorded() if a.url != DEFAULT_URL]
+        return [DEFAULT_URL, *mine] if _listening(DEFAULT_URL) else mine
 
     def probe_timeout(self) -> float:
         """Seconds an agent has to answer while the one holding a run is looked for: the user's own
@@ -62,6 +65,10 @@ class Reach:
     def choose(self, agent: str | None) -> list[str]:
         """The agents to ask: all of them, or the one ``agent`` names (one of them, or a refusal)."""
         urls = self.urls()
+        if not urls:
+            raise ToolFailure(f"no agent of yours runs on this machine and none answers at {DEFAULT_URL}: start one "
+                              "(`pilothouse agent`, or a training script's ph.init starts one), or give this server "
+                              "the agents to read (`pilothouse mcp --agent URL`)")
         if agent is None:
             return urls
         if agent not in urls:
@@ -94,3 +101,14 @@ class Reach:
             why = f"; no answer from {'; '.join(silent)}" if silent and (self.given or len(silent) == len(urls)) else ""
             raise ToolFailure(printable(f"no run with id or name {run!r} on {asked}{why}; list_runs lists the runs"))
         return hits[0]
+
+
+def _listening(url: str) -> bool:
+    """Whether something takes connections at the default address: nothing there (the usual case when the
+    user's agents run elsewhere) is known at once, not after a probe's timeout on every call."""
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
