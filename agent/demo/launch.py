@@ -104,7 +104,7 @@ def run_demo(steps: int, data: str | None, *, headless: bool, keep: bool = False
               f"  pilothouse pause {first}{named}\n"
               f"  pilothouse set {first} lr=1e-3 temperature=0.7{named}\n"
               f"  pilothouse checkpoint {first}{named}\n"
-              f"  pilothouse gui --agent {url}", flush=True)
+              f"  pilothouse gui{'' if url in [a.url for a in recorded()] else f' --agent {url}'}", flush=True)
         why = None if headless else no_display()
         if why:
             print(f"pilothouse demo: {why}: running headless (--headless skips this check)", flush=True)
