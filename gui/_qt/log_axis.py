@@ -14,6 +14,9 @@ _MINOR = 0.5  # the spacing reported for the unlabelled level (pyqtgraph only pa
 class ReadableAxis(pg.AxisItem):
     def __init__(self, orientation: str = "left", **kwargs: object) -> None:
         super().__init__(orientation, **kwargs)
+        # values as logged (0.6, not "600" under a "(x0.001)" title): a scale factor in the title was
+        # easy to miss and plain wrong on a log axis, whose labels here are the values themselves
+        self.enableAutoSIPrefix(False)
         self._labels: dict[float, str] = {}
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list:  # noqa: N802, N803 (Qt's names)
