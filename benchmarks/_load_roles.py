@@ -205,6 +205,10 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
                 latencies.append((now - times).astype(np.float32))
 
     window.bridge.batch.connect(on_batch)
+    cpu0 = thread_cpu()
+    stages = {"received": [], "written": []}  # log() -> the link took the page / the store wrote it
+    for link in window.links.links.values():
+        watch_stages(link, names, stages)
     deadline = time.monotonic() + READY_SECONDS
     while time.monotonic() < deadline and not all(h.state == "connected" for h in window.health.values()) \
             or len(window.health) < len(targets):
@@ -242,6 +246,44 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
                  if (p := t.problem(f"app {run}/{m}", (expected or {}).get(run, 0), names[m])) is not None]
     lat = np.concatenate(latencies) if latencies else np.empty(0, np.float32)
     conn.send({"points": seen["points"], "t_first_point": seen["first"], "t_last_point": seen["last"],
-               "latencies": lat.tobytes(), "problems": problems})
+               "latencies": lat.tobytes(), "problems": problems, "thread_cpu_s": thread_cpu(cpu0),
+               **{stage: np.concatenate(got or [np.empty(0, np.float32)]).tobytes() for stage, got in stages.items()}})
     conn.recv()  # "quit"
     window.close()
+
+
+def watch_stages(link: object, names: dict[str, int], stages: dict[str, list[np.ndarray]]) -> None:
+    """Sample log() -> each stage of the app's path for the first metric: the link thread taking a
+    page (``received``) and the store writer's thread having written it (``written``), so the UI
+    thread's share and the store's are told apart.  Wraps this link's own hand-over points."""
+    def lags(entries: list) -> list[np.ndarray]:
+        now = time.time()
+        return [(now - entry_points(e)[2]).astype(np.float32) for e in entries
+                if e.kind == "m" and names.get(e.metric) == 0 and e.n]
+
+    queue, on_batch = link._queue, link.on_batch
+
+    def queued(writer: object, job: object) -> None:
+        stages["received"] += lags(job.entries)
+        queue(writer, job)
+
+    def written(url: str, entries: list, runs: object) -> None:
+        stages["written"] += lags(entries)
+        on_batch(url, entries, runs)
+
+    link._queue, link.on_batch = queued, written
+
+
+def thread_cpu(since: dict[str, float] | None = None) -> dict[str, float]:
+    """CPU seconds of this process's threads by role (``ui``, ``writer``: the store's, ``links``: all
+    of them, ``other``), minus ``since``: where the app's time goes, whatever the profiler sees."""
+    import psutil
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out = {"ui": 0.0, "writer": 0.0, "links": 0.0, "other": 0.0}
+    for t in psutil.Process().threads():
+        name = names.get(t.id, "")
+        role = ("ui" if name == "MainThread" else "writer" if name.startswith("store writer")
+                else "links" if name.startswith("link ") else "other")
+        out[role] += t.user_time + t.system_time
+    return {k: v - (since or {}).get(k, 0.0) for k, v in out.items()}

@@ -197,6 +197,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
             idle1 = sampler.sample()  # the agents' own cost with nothing to do (host sampler, timers)
             cpu0 = sampler.sample()
             sampler.start()
+            spy = profile(args.profile, mode, roles.get("app", []))
             t_go = time.time() + 0.2
             for conn in pipes["trainer"]:
                 conn.send(("go", t_go))
@@ -216,6 +217,9 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
                     out.append(conn.recv())
             sampler.stop()
             cpu1 = sampler.sample()
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled and ends
+                spy.wait(60)
             for conn in pipes["trainer"] + pipes["reader"] + pipes["app"]:
                 conn.send("quit")
             for proc in children:
@@ -243,6 +247,18 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def profile(out: str | None, mode: str, pids: list[int]) -> subprocess.Popen | None:
+    """py-spy sampling the app's every thread while the load runs (``--profile``), as collapsed stacks
+    (one line per stack and its sample count: grep them, or load them in speedscope)."""
+    if not out or not pids:
+        return None
+    Path(out).mkdir(parents=True, exist_ok=True)
+    path = Path(out) / f"app-{mode}-{time.strftime('%H%M%S')}.txt"
+    print(f"profiling the app (pid {pids[0]}) into {path}", flush=True)
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pids[0]), "--format", "raw", "--threads",
+                             "--rate", "200", "--output", str(path)], stdout=subprocess.DEVNULL)
+
+
 def summarize_app(read: dict, args: argparse.Namespace, steps: int, t_go: float, reports: list[dict],
                   role: dict[str, Any]) -> dict[str, Any]:
     """The app's share: what reached its UI thread, how late, and its CPU and memory per agent."""
@@ -251,11 +267,17 @@ def summarize_app(read: dict, args: argparse.Namespace, steps: int, t_go: float,
     t0 = min(t_go, *(r["t_first_log"] for r in reports))
     window = max(read["t_last_point"] - t0, 1e-9)
     pct = (lambda q: float(percentile(lat, q)) * 1e3) if len(lat) else (lambda q: float("nan"))
+    stages = {}
+    for stage in ("received", "written"):
+        got = np.sort(np.frombuffer(read[stage], np.float32))
+        stages[f"{stage}_p50_ms"], stages[f"{stage}_p99_ms"] = ((float(percentile(got, q)) * 1e3 for q in (50, 99))
+                                                                if len(got) else (float("nan"),) * 2)
     return {"expected_points": expected, "received_points": read["points"], "points_per_s": read["points"] / window,
-            "latency_p50_ms": pct(50), "latency_p99_ms": pct(99),
+            "latency_p50_ms": pct(50), "latency_p99_ms": pct(99), **stages,
             "latency_max_ms": float(lat[-1]) * 1e3 if len(lat) else float("nan"),
             "cores": role["cores"], "cores_per_agent": role["cores"] / args.agents,
             "cpu_ns_per_point": role["cpu_s"] / max(read["points"], 1) * 1e9,
+            **{f"{part}_ns_per_point": s / max(read["points"], 1) * 1e9 for part, s in read["thread_cpu_s"].items()},
             "peak_rss_mb": role["peak_rss_mb_sum"], "peak_rss_mb_per_agent": role["peak_rss_mb_sum"] / args.agents,
             "lossless": not read["problems"] and read["points"] == expected, "problems": read["problems"][:20]}
 
@@ -381,11 +403,18 @@ def report(results: dict[str, dict[str, Any]], ratios: dict[str, float]) -> str:
     if all("app" in r[m] for m in modes):
         row("app: points delivered to its UI thread / expected",
             lambda m: f"{m['app']['received_points']:,} / {m['app']['expected_points']:,}", "")
+        row("app: log() -> link took the page p50 / p99 (ms)",
+            lambda m: f"{m['app']['received_p50_ms']:.1f} / {m['app']['received_p99_ms']:.1f}", "")
+        row("app: log() -> page in the store p50 / p99 (ms)",
+            lambda m: f"{m['app']['written_p50_ms']:.1f} / {m['app']['written_p99_ms']:.1f}", "")
         row("app: latency log() -> UI thread p50 / p99 (ms)",
             lambda m: f"{m['app']['latency_p50_ms']:.1f} / {m['app']['latency_p99_ms']:.1f}", "")
         row("app: cores used / per agent (% of a core)",
             lambda m: f"{m['app']['cores']:.2f} / {m['app']['cores_per_agent'] * 100:.2f}", "")
         row("app: CPU ns/point", lambda m: m["app"]["cpu_ns_per_point"], ",.0f")
+        row("app: CPU ns/point on the UI / store writer / link threads / other",
+            lambda m: " / ".join(f"{m['app'][f'{part}_ns_per_point']:,.0f}" for part in ("ui", "writer", "links", "other")),
+            "")
         row("app: peak RSS MB / per agent", lambda m: f"{m['app']['peak_rss_mb']:.0f} / "
             f"{m['app']['peak_rss_mb_per_agent']:.2f}", "")
     row("late trainer ticks / max lag (ms)", lambda m: f"{m['late_ticks']:,} / {m['max_tick_lag_ms']:.0f}", "")
@@ -410,6 +439,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--readers", type=int, default=2, help="reader processes (each follows agents on threads)")
     p.add_argument("--app", action="store_true",
                    help="also follow every agent with the real app (offscreen): its UI-thread latency, CPU and memory")
+    p.add_argument("--profile", metavar="DIR", help="with --app: sample the app with py-spy (pip install py-spy; "
+                   "root, or ptrace allowed) into DIR, collapsed stacks per thread, idle samples kept")
     p.add_argument("--idle", type=float, default=3.0, help="seconds to measure the idle agents before the load")
     p.add_argument("--rounds", type=int, default=2,
                    help="rounds of all modes, alternating the order (loopback, listener, listener, loopback, ...)")

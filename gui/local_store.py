@@ -43,7 +43,7 @@ import platformdirs
 
 from pilothouse.gui.store_schema import open_store, rollout_search
 from pilothouse.gui.tiers import Clip, Tiers, TierView
-from pilothouse.store.db import open_db, transaction
+from pilothouse.store.db import insert_rows, open_db, transaction
 from pilothouse.store.removal import delete_some
 from pilothouse.store.rollout_search import Hit
 from pilothouse.store.tier_table import TOP
@@ -127,6 +127,11 @@ class LocalStore:
     def close(self) -> None:
         self.db.conn.close()
 
+    def fold_tiers(self) -> None:
+        """Fold every entry waiting for the tiers now (``tiers``: folding waits up to FOLD_SECONDS)."""
+        with transaction(self.db):
+            self.tiers.fold_due(force=True)
+
     # --- remembered agents ---------------------------------------------------------------
 
     def add_agent(self, url: str, name: str | None = None) -> None:
@@ -144,7 +149,7 @@ class LocalStore:
         with transaction(self.db):
             self.rollout_search.unindex([k for (k,) in self.db.execute(
                 "SELECT rowid FROM entries WHERE agent=? AND kind=?", [url, KIND_ROLLOUTS])])
-            for table in ("entries", "tiers", "runs", "run_bytes", "removed_runs"):
+            for table in ("entries", "tiers", "tier_tail", "runs", "run_bytes", "removed_runs"):
                 self.db.execute(f"DELETE FROM {table} WHERE agent=?", [url])
             self.db.execute("DELETE FROM agents WHERE url=?", [url])
 
@@ -195,7 +200,7 @@ class LocalStore:
             if old == journal:
                 return False
             if old:
-                for table in ("entries", "tiers", "runs", "run_bytes", "removed_runs", "rollout_batches"):
+                for table in ("entries", "tiers", "tier_tail", "runs", "run_bytes", "removed_runs", "rollout_batches"):
                     self.db.execute(f"UPDATE {table} SET agent=? WHERE agent=?", [f"{url}#{old[:8]}", url])
                 self.db.execute("UPDATE agents SET journal=?, cursor=0 WHERE url=?", [journal, url])
                 return True
@@ -222,19 +227,22 @@ class LocalStore:
         ``pilothouse.wire.entries``): its rest, arriving later under the same id, is appended to
         it (an entry at or below the cursor is a repeat)."""
         with transaction(self.db):
-            new = []
+            new, parts = [], []
             for url, entries, cursor, runs in pages:
-                new.append((url, self._insert(url, entries)))
+                rows, rests = self._insert(url, entries)
+                new.append((url, rows))
+                parts += [(url, e) for e in rests]
                 self.db.execute("INSERT INTO agents (url, added, cursor, remembered) VALUES (?, ?, ?, 0) "
                                 "ON CONFLICT(url) DO UPDATE SET cursor=MAX(cursor, excluded.cursor)",
                                 [url, time.time(), cursor])
                 if runs is not None:
                     self._put_runs(url, runs)
-            self.tiers.add(new)
+            self.tiers.add(new, parts)
+            self.tiers.fold_due()
 
-    def _insert(self, url: str, entries: Sequence[Sequence]) -> list[Sequence]:
+    def _insert(self, url: str, entries: Sequence[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
         """Store one agent's entries in one statement; returns those not stored before (nor dropped
-        for a removed run), with a part's rest as just its own points.  An id at or below the cursor
+        for a removed run), and apart the rests of parts stored before, as just their own points.  An id at or below the cursor
         is a repeat; one above it that is stored already is a packed entry's part, and one given
         twice here is a part and its rest (joined before they are stored)."""
         before = self.cursor(url)
@@ -244,14 +252,13 @@ class LocalStore:
                 got = fresh.get(e[0])
                 fresh[e[0]] = e if got is None else _joined_part(got, e)
         if not fresh:
-            return []
+            return [], []
         held = {i for (i,) in self.db.execute("SELECT id FROM entries WHERE agent=? AND id>?", [url, before])}
         dropped = {r for (r,) in self.db.execute("SELECT run FROM removed_runs WHERE agent=?", [url])}
         kept = {i: e for i, e in fresh.items() if e[1] not in dropped}  # a run removed from the app gains nothing
         rows = [e for i, e in kept.items() if i not in held]
-        self.db.conn.executemany("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                                 [(url, *e) for e in rows])
-        return rows + [e for i, e in kept.items() if i in held and e[2] == KIND_METRIC and self._append_part(url, e)]
+        insert_rows(self.db.conn, "INSERT OR IGNORE INTO entries", [(url, *e) for e in rows])
+        return rows, [e for i, e in kept.items() if i in held and e[2] == KIND_METRIC and self._append_part(url, e)]
 
     def _append_part(self, url: str, e: Sequence) -> bool:
         """The rest of a packed entry this store holds a part of."""
@@ -330,9 +337,21 @@ class LocalStore:
             found.append(metric)
 
     def points(self, agent: str, run: str) -> int:
-        """How many of a run's metric points the store holds, from the top stored level of its tiers."""
-        return sum(int(np.frombuffer(r, RECORD)["count"].sum()) for (r,) in self.db.execute(
-            "SELECT buckets FROM tiers WHERE agent=? AND run=? AND level=?", [agent, run, TOP]))
+        """How many of a run's metric points the store holds, from the top stored level of its tiers
+        and the entries waiting to be folded into them."""
+        with self.tiers.snapshot():
+            waiting = self.db.execute("SELECT COALESCE(SUM(e.n), 0) FROM tier_tail t JOIN entries e ON e.agent=t.agent "
+                                      "AND e.run=t.run AND e.kind=? AND e.metric=t.metric AND e.id>t.folded_to "
+                                      "WHERE t.agent=? AND t.run=?", [KIND_METRIC, agent, run]).fetchone()[0]
+            return waiting + sum(int(np.frombuffer(r, RECORD)["count"].sum()) for (r,) in self.db.execute(
+                "SELECT buckets FROM tiers WHERE agent=? AND run=? AND level=?", [agent, run, TOP]))
+
+    def pack_upto(self, key: tuple[str, str, str]) -> int:
+        """The newest entry of a stream (agent, run, metric) that may be packed: at or below its agent's
+        cursor (above it a part may wait for its rest) and folded into the tiers (a packed entry takes
+        the id of its last part: one waiting would be read again with the points folded before it)."""
+        row = self.db.execute("SELECT folded_to FROM tier_tail WHERE agent=? AND run=? AND metric=?", key).fetchone()
+        return self.cursor(key[0]) if row is None else min(self.cursor(key[0]), row[0])
 
     def series(self, agent: str, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, values, wall_times) of one metric, every point, in arrival order."""
@@ -491,6 +510,7 @@ class LocalStore:
                     gone = delete_some(self.db, table, {"agent": key[0], "run": key[1]}, rows,
                                        search=self.rollout_search if table == "entries" else None)
                     if gone < rows and table == "tiers":
+                        self.db.execute("DELETE FROM tier_tail WHERE agent=? AND run=?", key)
                         self.db.execute("DELETE FROM run_bytes WHERE agent=? AND run=?", key)
                         self.db.execute("UPDATE removed_runs SET pending=0 WHERE agent=? AND run=?", key)
                 if gone < rows:

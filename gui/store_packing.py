@@ -4,7 +4,8 @@ Why the app packs too: it keeps a followed run's entries as its agent's journal 
 were read live, one small entry per metric per turn of the agent, before the agent packed them.
 ``StorePacker`` gives the shared packer what is the app's: its entries keyed by agent, streams of
 (agent, run, metric) whatever the rank, only entries at or below their agent's cursor (above it an
-entry may be a packed part waiting for its rest, ``LocalStore.write_pages``), the tiers' level-0
+entry may be a packed part waiting for its rest, ``LocalStore.write_pages``) and folded into the tiers
+(``LocalStore.pack_upto``), the tiers' level-0
 blocks repointed at the packed entry (a zoomed-in chart reads its points from there, each attempt's
 tiers included), each run's bytes in ``run_bytes``, and one transaction per step: a step undone (a
 full disk) counts again.  Each run's metrics are counted once when the writer starts, a run's metrics
@@ -30,7 +31,7 @@ class StorePacker:
 
     def __init__(self, store: LocalStore) -> None:
         self.store = store
-        self.packer = Packer(store.db, LAYOUT, self._streams(), self._account, upto=lambda key: store.cursor(key[0]),
+        self.packer = Packer(store.db, LAYOUT, self._streams(), self._account, upto=store.pack_upto,
                              tiers=store.tiers.table, names=_names)
 
     def _streams(self) -> Iterator[tuple[str, str, str]]:

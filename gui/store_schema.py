@@ -77,7 +77,12 @@ def _tiers(db: sqlite_utils.Database) -> None:
         tiers.add_all()
 
 
-STEPS: list[Step] = [_tables, _run_sizes, _rollout_search, _tiers]
+def _tier_tails(db: sqlite_utils.Database) -> None:
+    """The metric streams whose newest entries wait to be folded into the tiers (``tiers``)."""
+    Tiers(db).create()
+
+
+STEPS: list[Step] = [_tables, _run_sizes, _rollout_search, _tiers, _tier_tails]
 
 
 def open_store(db: sqlite_utils.Database) -> None:

@@ -30,6 +30,7 @@ from pilothouse.wire.entries import KIND_ROLLOUTS, Entry
 
 from .local_store import LocalStore
 from .store_packing import StorePacker
+from .tiers import FOLD_SECONDS
 
 T = TypeVar("T")
 BUSY_PAUSE = 0.05  # seconds between tries while another connection of the app holds the store's lock
@@ -126,12 +127,21 @@ class StoreWriter:
     def _main(self) -> None:
         store: LocalStore | None = None
         self._packer: StorePacker | None = None
+        self._unfolded: list[tuple[str, list[Entry]]] = []  # written, not yet folded: the packer hears of them after
+        self._folds = 0  # the store's fold count when the packer last heard
         indexing = True  # rollouts may wait to be indexed (a store written before, or a link stopped midway)
         stop = False
         written = 0.0  # when the last transaction ended
         try:
             while not stop:
-                jobs = [self._jobs.get()]
+                try:
+                    jobs = [self._jobs.get(timeout=FOLD_SECONDS)]
+                except queue.Empty:
+                    jobs = []
+                if store is not None and time.monotonic() - written >= FOLD_SECONDS:
+                    self._idle(store)  # no page for a while (a run ended, only calls): what waits is folded
+                if not jobs:
+                    continue
                 if isinstance(jobs[0], Write):  # pages that come meanwhile join this write
                     time.sleep(max(0.0, written + WRITE_GAP - time.monotonic()))
                 while not self._jobs.empty():
@@ -144,7 +154,8 @@ class StoreWriter:
                     indexing = self._run(store, jobs, indexing)
                 except Exception as exc:  # a broken store or a bug: every waiting link hears why, the writer goes on
                     _fail(jobs, exc)
-                written = time.monotonic()
+                if any(isinstance(job, Write) for job in jobs):
+                    written = time.monotonic()
         finally:
             if store is not None:
                 store.close()
@@ -189,13 +200,28 @@ class StoreWriter:
                 w.link.written(w.entries, w.cursor, w.runs)
             except Exception as exc:  # its callback failed (a bug in what it feeds): that link ends, not the others
                 w.link.failed(exc)
-            self._packer.added(w.url, w.entries)
+            self._unfolded.append((w.url, w.entries))
         self._pack()
         return indexing
 
+    def _idle(self, store: LocalStore) -> None:
+        """Fold what waits for the tiers, then pack; a refusal (a full disk) waits for the next write."""
+        if not store.tiers.waiting():
+            return
+        try:
+            self._retry(store.fold_tiers, jobs=[])
+        except sqlite3.Error:
+            return
+        self._pack()
+
     def _pack(self) -> None:
-        """Pack for up to PACK_SECONDS.  A step the store refuses (a full disk) is undone and packing
+        """Pack for up to PACK_SECONDS, the entries folded into the tiers only (``LocalStore.pack_upto``).  A step the store refuses (a full disk) is undone and packing
         waits for the next write: the pages just written stand, and no link hears of it."""
+        if self._packer.store.tiers.folds != self._folds:  # what waited is folded now: worth packing
+            self._folds = self._packer.store.tiers.folds
+            for url, entries in self._unfolded:
+                self._packer.added(url, entries)
+            self._unfolded = []
         deadline = time.monotonic() + PACK_SECONDS
         try:
             while self._packer.pending() and time.monotonic() < deadline:

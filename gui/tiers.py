@@ -13,6 +13,15 @@ attempt logged; the chart draws the earlier attempt's points there faint (``pilo
 so each attempt keeps tiers of its own: its points are folded under the metric's name with the
 attempt's number appended (``attempt_key``), the first attempt's under the name itself.
 
+Why folding waits: a fold rewrites the last block of each of its metrics at every stored level,
+so folding each write cost per metric stream, not per point: an app following 64 agents rewrote
+5,120 block rows a write and fell seconds behind.  So a write only notes, per (agent, run, metric),
+that its entries above ``folded_to`` wait (``tier_tail``); ``fold_due`` folds every waiting stream in
+one pass once the oldest has waited FOLD_SECONDS (or FOLD_POINTS wait), in the writer's transaction.
+Every read merges the waiting entries into the buckets it reads, inside one read transaction, so a
+view never misses a point nor counts one twice, and a crash loses nothing (the waiting is in the file).
+The rest of a packed entry whose first part was folded already is folded at once.
+
 A wall-time axis reads the same buckets: each keeps the wall times of its first and last points,
 so ``time_view`` finds the steps of a time range by going down the levels (a few buckets each)
 and folds the buckets per column of time; a min or max is drawn at a time interpolated between
@@ -24,7 +33,9 @@ follows (``smoothed``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,11 +43,14 @@ import numpy as np
 import sqlite_utils
 
 from pilothouse.gui.lod import Series, ema, view_of
+from pilothouse.store.db import insert_rows
 from pilothouse.store.tier_table import BLOCK, NO_IDS, TOP, TierTable, join_records
-from pilothouse.store.tiers import FANOUT, WIDTHS, columns, level_for, points, reduce, whole
+from pilothouse.store.tiers import FANOUT, LEVELS, WIDTHS, columns, level_for, levels, points, reduce, whole
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, join_chunks, unpack_blob
 from pilothouse.wire.packed_chunks import row_points
 
+FOLD_SECONDS = 2.0  # a stream's entries wait this long at most before they are folded
+FOLD_POINTS = 262_144  # or until this many points wait in all streams together (about 6 MB to read)
 MIGRATE_ROWS = 2000  # entries folded at a time when a store from before the tiers is opened
 KEYS = ("agent", "run", "metric")
 ALL_STEPS = (-2.0 ** 63, 2.0 ** 63)
@@ -76,19 +90,72 @@ class Tiers:
         self.table = TierTable(db.conn, KEYS, ids=True)
         self._resumes: dict[tuple[str, str], np.ndarray] = {}  # (agent, run) -> when each resume began
         self._version = -1  # the file's data_version the resumes were read at (another connection writes)
+        self._waiting = 0  # points this connection wrote since its last fold (a hint: another may have more)
+        self.folds = 0  # how many times this connection folded what waited
+        self._tails: dict[tuple, tuple] = {}  # the waiting points of each key read in the current snapshot
+        self._tails_at: tuple[int, int] = (-1, -1)
 
-    def add(self, stored: Iterable[tuple[str, Sequence[Sequence]]]) -> None:
-        """Fold newly stored metric entries of agents, (agent, entries) each (protocol field order:
-        id, run, kind, metric, rank, n, steps, vals, times, body), into the tiers, every metric in
-        one pass.  Only entries not stored before may be passed: a re-sent page must not count
-        twice (``LocalStore.write_pages`` passes the rows it inserted)."""
+    def create(self) -> bool:
+        """The tier table and the waiting streams' table; True when the tiers hold nothing yet."""
+        self.db.execute("CREATE TABLE IF NOT EXISTS tier_tail (agent TEXT NOT NULL, run TEXT NOT NULL, metric TEXT "
+                        "NOT NULL, folded_to INTEGER NOT NULL, since REAL NOT NULL, PRIMARY KEY (agent, run, metric))")
+        return self.table.create()
+
+    def add(self, stored: Iterable[tuple[str, Sequence[Sequence]]], parts: Iterable[tuple[str, Sequence]] = ()) -> None:
+        """Newly stored metric entries of agents, (agent, entries) each (protocol field order: id, run,
+        kind, metric, rank, n, steps, vals, times, body): they wait to be folded (see the module
+        docstring).  ``parts``: (agent, the rest of a packed entry) appended to an entry stored before,
+        folded now unless that entry waits.  Only entries not stored before may be passed: a re-sent
+        page must not count twice (``LocalStore.write_pages`` passes the rows it inserted)."""
+        tails: dict[tuple[str, str, str], int] = {}
+        for agent, entries in stored:
+            for e in entries:
+                if e[2] == KIND_METRIC and e[5]:
+                    key = (agent, e[1], e[3])
+                    tails[key] = min(tails.get(key, e[0]), e[0])
+                    self._waiting += e[5]
+                elif e[2] == KIND_EVENT and resume_started(unpack_blob(e[9])) is not None:
+                    self._resumes.pop((agent, e[1]), None)
+        insert_rows(self.db.conn, "INSERT OR IGNORE INTO tier_tail",
+                    [(*key, first - 1, time.time()) for key, first in tails.items()])
+        rests = []
+        for agent, e in parts:
+            row = self.db.execute("SELECT folded_to FROM tier_tail WHERE agent=? AND run=? AND metric=?",
+                                  [agent, e[1], e[3]]).fetchone()
+            if row is None or e[0] <= row[0]:
+                rests.append((agent, [e]))
+        self.fold(rests)
+
+    def waiting(self) -> bool:
+        """Whether any entry waits to be folded."""
+        return self.db.execute("SELECT 1 FROM tier_tail LIMIT 1").fetchone() is not None
+
+    def fold_due(self, force: bool = False) -> bool:
+        """Fold every waiting stream in one pass if the oldest has waited FOLD_SECONDS, FOLD_POINTS
+        wait, or ``force``; whether it folded."""
+        oldest = self.db.execute("SELECT MIN(since) FROM tier_tail").fetchone()[0]
+        if oldest is None or not (force or self._waiting >= FOLD_POINTS or time.time() - oldest >= FOLD_SECONDS):
+            return False
+        stored = []
+        for agent, run, metric, folded_to in self.db.execute("SELECT agent, run, metric, folded_to FROM tier_tail"
+                                                             ).fetchall():
+            rows = self.db.execute("SELECT id, run, kind, metric, rank, n, steps, vals, times, body FROM entries "
+                                   "WHERE agent=? AND run=? AND kind=? AND metric=? AND id>? ORDER BY id",
+                                   [agent, run, KIND_METRIC, metric, folded_to]).fetchall()
+            stored.append((agent, [(*e[:6], *row_points(*e[6:9]), e[9]) for e in rows]))
+        self.db.execute("DELETE FROM tier_tail")
+        self._waiting = 0
+        self.fold(stored)
+        self.folds += 1
+        return True
+
+    def fold(self, stored: Iterable[tuple[str, Sequence[Sequence]]]) -> None:
+        """Fold metric entries of agents, (agent, entries) each, into the tiers now, every metric in one pass."""
         groups: dict[tuple[str, str, str], list] = {}
         for agent, entries in stored:
             for e in entries:
                 if e[2] == KIND_METRIC and e[5]:
                     groups.setdefault((agent, e[1], e[3]), []).append(e)
-                elif e[2] == KIND_EVENT and resume_started(unpack_blob(e[9])) is not None:
-                    self._resumes.pop((agent, e[1]), None)
         items = []
         resumes = {key: self.resumes(*key) for key in {(agent, run) for agent, run, _ in groups}}  # once a run
         for (agent, run, metric), chunk in groups.items():
@@ -114,26 +181,79 @@ class Tiers:
         return self._resumes[(agent, run)]
 
     def add_all(self) -> None:
-        """Build the tiers of every metric entry already stored (a store from before them)."""
+        """Build the tiers of every metric entry already stored (a store from before them, or whose
+        tiers were dropped): none waits any more."""
+        if self.db.execute("SELECT 1 FROM sqlite_master WHERE name='tier_tail'").fetchone():
+            self.db.execute("DELETE FROM tier_tail")
         for (agent,) in self.db.execute("SELECT DISTINCT agent FROM entries WHERE kind=?", [KIND_METRIC]).fetchall():
             rows = self.db.execute("SELECT id, run, kind, metric, rank, n, steps, vals, times, body FROM entries "
                                    "WHERE agent=? AND kind=? ORDER BY id", [agent, KIND_METRIC])
             while chunk := rows.fetchmany(MIGRATE_ROWS):
-                self.add([(agent, [(*e[:6], *row_points(*e[6:9]), e[9]) for e in chunk])])
+                self.fold([(agent, [(*e[:6], *row_points(*e[6:9]), e[9]) for e in chunk])])
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction (unless one is open): the tiers and the waiting entries as of one
+        commit, so a fold committed meanwhile cannot make a point missing or counted twice."""
+        if self.db.conn.in_transaction:
+            yield
+            return
+        self.db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.db.execute("COMMIT")
+
+    def tail_points(self, key: tuple[str, str, str]) -> tuple[np.ndarray, ...]:
+        """(steps, vals, times, entry ids) of the waiting points of a metric's tiers (of its attempt),
+        in arrival order; read once per snapshot."""
+        at = (self.db.execute("PRAGMA data_version").fetchone()[0], self.db.conn.total_changes)
+        if at != self._tails_at:
+            self._tails, self._tails_at = {}, at
+        if key not in self._tails:
+            agent, run, name = key
+            metric = name.rpartition(ATTEMPT)[0] or name
+            row = self.db.execute("SELECT folded_to FROM tier_tail WHERE agent=? AND run=? AND metric=?",
+                                  [agent, run, metric]).fetchone()
+            rows = [] if row is None else self.db.execute(
+                "SELECT id, n, steps, vals, times FROM entries WHERE agent=? AND run=? AND kind=? AND metric=? "
+                "AND id>? ORDER BY id", [agent, run, KIND_METRIC, metric, row[0]]).fetchall()
+            steps, vals, times, ids = NO_IDS, np.empty(0), np.empty(0), NO_IDS
+            if rows:
+                steps, vals, times = join_chunks([row_points(*r[2:]) for r in rows])
+                ids = np.repeat(np.array([r[0] for r in rows], np.int64), [r[1] for r in rows])
+                resumes = self.resumes(agent, run)
+                if len(resumes):
+                    mine = np.searchsorted(resumes, times, "right") + 1 == attempt_of(name)
+                    steps, vals, times, ids = steps[mine], vals[mine], times[mine], ids[mine]
+            self._tails[key] = (steps, vals, times, ids, dict(levels(steps, vals, times)) if len(steps) else {})
+        return self._tails[key][:4]
+
+    def _buckets(self, key: tuple, level: int, x0: float, x1: float) -> np.ndarray:
+        """``TierTable.buckets`` with the metric's waiting points folded in (the stored ones arrived first)."""
+        rec = self.table.buckets(key, level, x0, x1)
+        self.tail_points(key)
+        new = self._tails[key][4].get(min(level, LEVELS - 1))
+        if new is None:
+            return rec
+        width = WIDTHS[level]
+        new = new[(new["bucket"] >= np.floor(x0 / width)) & (new["bucket"] <= np.floor(x1 / width))]
+        return reduce(join_records([rec, new])) if len(new) else rec
 
     def buckets(self, agent: str, run: str, metric: str, level: int, x0: float, x1: float) -> np.ndarray:
         """The filled buckets of ``level`` overlapping steps x0..x1, in step order."""
-        return self.table.buckets((agent, run, metric), level, x0, x1)
+        with self.snapshot():
+            return self._buckets((agent, run, metric), level, x0, x1)
 
     def summary(self, agent: str, run: str, metric: str, clip: Clip = None, raw: Raw | None = None) -> np.ndarray:
         """One record of the whole metric, or of the steps ``clip`` keeps (count, x and y extent,
         non-finite count); empty if none."""
-        if clip is None:
-            return self.table.summary((agent, run, metric))
         key = (agent, run, metric)
-        return whole(self._split(key, self.table.buckets(key, TOP, *ALL_STEPS), TOP, _straddling(clip), raw, clip))
+        with self.snapshot():
+            rec = self._buckets(key, TOP, *ALL_STEPS)
+            return whole(rec if clip is None else self._split(key, rec, TOP, _straddling(clip), raw, clip))
 
-    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int, raw: Raw,
+    def _view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int, raw: Raw,
              clip: Clip = None) -> TierView:
         """The points to draw steps x0..x1 on ``pixels`` columns (see ``TierView``), of the steps
         ``clip`` keeps; ``raw`` gives (steps, vals, times) of entry ids, in arrival order, for the
@@ -143,13 +263,13 @@ class Tiers:
         if level < 0:
             steps, vals, _ = self._raw_points(agent, run, metric, x0, x1, raw, clip)
             return _raw_view(steps, vals, x0, x1, pixels)
-        rec = self.buckets(agent, run, metric, level, x0, x1)
+        rec = self._buckets((agent, run, metric), level, x0, x1)
         if clip is not None:
             rec = self._split((agent, run, metric), rec, level, _straddling(clip), raw, clip)
             rec["bucket"] = rec["xfirst"] // WIDTHS[level]  # finer records and points: in their bucket of level
         return draw(rec, level, x0, x1, pixels)
 
-    def time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int, raw: Raw,
+    def _time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int, raw: Raw,
                   clip: Clip = None) -> TierView:
         """``view`` on a wall-time axis: the points to draw times t0..t1 on ``pixels`` columns.  A
         bucket lasting more than half a column (a pause, a slow stretch: its min or max could not be
@@ -174,6 +294,32 @@ class Tiers:
                                           clip)
         return _raw_view(times, vals, t0, t1, pixels)
 
+    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int, raw: Raw,
+             clip: Clip = None) -> TierView:
+        """The points to draw steps x0..x1 on ``pixels`` columns (see ``TierView``), of the steps
+        ``clip`` keeps; ``raw`` gives (steps, vals, times) of entry ids, in arrival order, for the
+        finest zoom and a bucket holding steps either side of a clip's edge."""
+        with self.snapshot():
+            return self._view(agent, run, metric, x0, x1, pixels, raw, clip)
+
+    def time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int, raw: Raw,
+                  clip: Clip = None) -> TierView:
+        """``view`` on a wall-time axis: the points to draw times t0..t1 on ``pixels`` columns."""
+        with self.snapshot():
+            return self._time_view(agent, run, metric, t0, t1, pixels, raw, clip)
+
+    def nearest(self, agent: str, run: str, metric: str, xq: float, raw: Raw,
+                clip: Clip = None) -> tuple[float, float] | None:
+        """The stored point (of the steps ``clip`` keeps) whose step is nearest xq (a crosshair readout)."""
+        with self.snapshot():
+            return self._nearest(agent, run, metric, xq, raw, clip)
+
+    def nearest_time(self, agent: str, run: str, metric: str, tq: float, raw: Raw,
+                     clip: Clip = None) -> tuple[float, float] | None:
+        """``nearest`` on a wall-time axis: (time, value) of the stored point nearest time tq."""
+        with self.snapshot():
+            return self._nearest_time(agent, run, metric, tq, raw, clip)
+
     def _split(self, key: tuple, rec: np.ndarray, level: int, pick: Callable[[np.ndarray], np.ndarray],
                raw: Raw, clip: Clip = None) -> np.ndarray:
         """These buckets of ``level`` with every one ``pick`` picks replaced by the buckets of the
@@ -185,7 +331,7 @@ class Tiers:
                 break
             lo, hi = float(rec["xfirst"][wide].min()), float(rec["xlast"][wide].max())
             if level:
-                finer = self.table.buckets(key, level - 1, lo, hi)
+                finer = self._buckets(key, level - 1, lo, hi)
                 finer = finer[np.isin(finer["bucket"] // FANOUT, rec["bucket"][wide])]
             else:
                 steps, vals, times = self._raw_points(*key, lo, hi, raw)
@@ -205,7 +351,7 @@ class Tiers:
         no point in t0..t1 (nor any point, with ``point``)."""
         x0, x1 = ALL_STEPS
         for level in range(TOP, -1, -1):
-            rec = self.table.buckets(key, level, x0, x1)
+            rec = self._buckets(key, level, x0, x1)
             if not len(rec):
                 return None
             if point:
@@ -217,10 +363,10 @@ class Tiers:
             x0, x1 = float(rec["xfirst"][0]), float(rec["xlast"][-1])
             want = -1 if point else level_for(x0, x1, pixels)
             if want >= level:
-                return want, (self.table.buckets(key, want, x0, x1) if want > level else rec)
+                return want, (self._buckets(key, want, x0, x1) if want > level else rec)
         return -1, rec
 
-    def nearest(self, agent: str, run: str, metric: str, xq: float, raw: Raw,
+    def _nearest(self, agent: str, run: str, metric: str, xq: float, raw: Raw,
                 clip: Clip = None) -> tuple[float, float] | None:
         """The stored point (of the steps ``clip`` keeps) whose step is nearest xq (a crosshair
         readout): among the raw points of the blocks around xq, else among the first and last
@@ -230,7 +376,7 @@ class Tiers:
         steps, vals, _ = self._raw_points(agent, run, metric, xq, xq, raw, clip)
         if not len(steps):
             for level, width in enumerate(WIDTHS):
-                rec = self.buckets(agent, run, metric, level, xq - width * BLOCK, xq + width * BLOCK)
+                rec = self._buckets((agent, run, metric), level, xq - width * BLOCK, xq + width * BLOCK)
                 if clip is not None:
                     rec = rec[(rec["xfirst"] >= clip[0]) & (rec["xlast"] < clip[1])]
                 if len(rec):
@@ -242,7 +388,7 @@ class Tiers:
         i = int(np.argmin(np.abs(steps.astype(np.float64) - xq)))
         return float(steps[i]), float(vals[i])
 
-    def nearest_time(self, agent: str, run: str, metric: str, tq: float, raw: Raw,
+    def _nearest_time(self, agent: str, run: str, metric: str, tq: float, raw: Raw,
                      clip: Clip = None) -> tuple[float, float] | None:
         """``nearest`` on a wall-time axis: (time, value) of the stored point nearest time tq, among
         those of its bucket of level 0 that ``clip`` keeps (None if none)."""
@@ -265,7 +411,7 @@ class Tiers:
         points of the attempts either side of a resume)."""
         span = WIDTHS[0] * BLOCK
         rows = self.table.rows((agent, run, metric), 0, int(np.floor(x0 / span)) - 1, int(np.floor(x1 / span)) + 1)
-        ids = np.unique(np.concatenate([i for _, _, i in rows])) if rows else NO_IDS
+        ids = np.unique(np.concatenate([*(i for _, _, i in rows), self.tail_points((agent, run, metric))[3]]))
         if not len(ids):
             return NO_IDS, np.empty(0), np.empty(0)
         steps, vals, times = raw(ids)

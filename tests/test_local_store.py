@@ -49,6 +49,7 @@ def test_a_packed_entrys_part_and_its_rest_store_alike_in_one_write_or_two(tmp_p
     before = chunk(3, "r1", "loss", [], [])
 
     def stored(store: LocalStore) -> tuple:
+        store.fold_tiers()
         return (store.series(A, "r1", "loss")[0].tolist(), store.cursor(A),
                 store.db.execute("SELECT id, n FROM entries ORDER BY id").fetchall(),
                 store.db.execute("SELECT level, block, buckets, ids FROM tiers ORDER BY level, block").fetchall(),

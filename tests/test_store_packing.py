@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from support.disk import fill_disk
 from support.tier_records import same_rows
+from support.waiting import wait_until
 
 from pilothouse.gui.local_store import LocalStore
 from pilothouse.gui.store_packing import StorePacker
@@ -36,6 +37,7 @@ def small_entries(first_id: int, metric: str, steps: np.ndarray, vals: np.ndarra
 
 
 def pack_all(store: LocalStore) -> int:
+    store.fold_tiers()  # as the writer does within FOLD_SECONDS: waiting entries are not packed
     packer = StorePacker(store)
     joined = 0
     while packer.pending():
@@ -146,6 +148,7 @@ def test_a_packing_step_on_a_full_disk_is_undone_whole_and_done_once_space_retur
     store = LocalStore(small_disk / "s.sqlite")
     steps = np.arange(2 * MIN_ROWS, dtype=np.int64)
     store.write_page(A, small_entries(1, "loss", steps, np.sqrt(steps), 1.7e9 + steps), len(steps))
+    store.fold_tiers()  # as the writer does within FOLD_SECONDS: waiting entries are not packed
     before = store.series(A, "r1", "loss")
     packer = StorePacker(store)
     packer.step()  # counts the run's metrics (a read)
@@ -192,8 +195,9 @@ def test_the_store_writer_packs_between_its_writes(tmp_path):
             link = _Link()
             writer.write(Write(A, entries[at:at + 500], at + 500, None, link))
             assert link.heard.wait(10) and not link.errors
-        rows = writer.call(lambda store: store.db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
-        assert rows < 100
+        # the last pages wait for the tiers (FOLD_SECONDS), then the idle writer folds and packs them too
+        wait_until(lambda: writer.call(lambda store: store.db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
+                   < 100, timeout=15, what="the store writer to fold and pack the run's small entries")
         got = writer.call(lambda store: store.series(A, "r1", "loss"))
         assert got[0].tolist() == steps.tolist() and got[1].tobytes() == np.sin(steps).tobytes()
     finally:

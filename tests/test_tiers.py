@@ -36,6 +36,8 @@ def split(rng: np.random.Generator, n: int, pieces: int) -> list[int]:
 
 
 def tier_rows(store: LocalStore) -> list[tuple]:
+    """The stored tier rows once what waits is folded (``tiers``: folding waits)."""
+    store.fold_tiers()
     return store.db.execute("SELECT agent, run, metric, level, block, buckets, ids FROM tiers "
                             "ORDER BY agent, run, metric, level, block").fetchall()
 
@@ -163,7 +165,7 @@ def test_pages_in_pieces_and_resent_equal_a_one_shot_build(tmp_path):
         many.write_page(A, page[at: at + size], page[at + size - 1].id)
         many.write_page(A, page[max(at - 3, 0): at + size], page[at + size - 1].id)  # re-sent across a reconnect
         at += size
-    assert same_rows(tier_rows(many), tier_rows(one), 5)
+    assert same_rows(tier_rows(many), tier_rows(one), 5) and tier_rows(one)
     summary = one.tiers.summary(A, "r1", "loss")[0]
     assert summary["count"] == len(steps) and summary["bad"] == (~np.isfinite(vals)).sum()
     assert summary["min"] == -1e6 and summary["max"] == 1e6
@@ -180,6 +182,7 @@ def test_a_store_from_before_the_tiers_or_these_records_builds_them_once(tmp_pat
     page = entries(steps[:5000], vals[:5000], [2500, 2500]) + entries(steps[5000:], vals[5000:], [len(steps) - 5000],
                                                                       first_id=3, metric="reward")
     store.write_page(A, page, 3)
+    store.fold_tiers()
     built = tier_rows(store)
     store.db.execute("DROP TABLE tiers")
     store.db.execute("PRAGMA user_version=0")  # as a file from before the schema was numbered
@@ -202,6 +205,7 @@ def test_removed_runs_lose_their_tiers_and_gain_none(tmp_path):
     store.put_runs(A, [{"id": "r1", "status": "finished"}, {"id": "r2", "status": "finished"}])
     store.write_page(A, entries(steps, vals, [5000]) + entries(steps, vals, [5000], first_id=2, run="r2"), 2)
     kept = [r for r in tier_rows(store) if r[1] == "r2"]
+    assert kept
     store.remove_runs([(A, "r1")], batch=7)
     assert [r for r in tier_rows(store) if r[1] == "r1"] == [] and [r for r in tier_rows(store) if r[1] == "r2"] == kept
     store.write_page(A, entries(steps + 10**6, vals, [5000], first_id=3), 3)  # the agent still sends it

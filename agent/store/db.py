@@ -13,7 +13,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from pilothouse.security import (
@@ -35,6 +35,7 @@ else:
         del sys.modules["pandas"]
 
 BUSY_MS = 5000
+ROWS_PER_STATEMENT = 512  # rows one INSERT carries at most (its remainder goes in power-of-two pieces)
 
 
 def open_db(path: str | Path) -> sqlite_utils.Database:
@@ -85,3 +86,22 @@ def transaction(db: sqlite_utils.Database) -> Iterator[None]:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
+
+
+def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence]) -> None:
+    """``executemany(head + " VALUES (?, ...)", rows)`` in a few multi-row statements.
+
+    Why: the sqlite3 module lets go of the GIL around each row's step, and takes it back only once
+    the thread holding it lets go, up to the switch interval (5 ms) later: in a process with other
+    busy threads (the app's UI and links) a write of thousands of rows waited seconds for the GIL,
+    not for SQLite.  One statement per ROWS_PER_STATEMENT rows waits a few times per write.  The
+    remainder is split in powers of two, so the statement texts are few and stay prepared."""
+    if not rows:
+        return
+    width = len(rows[0])
+    one = "(" + ", ".join("?" * width) + ")"
+    at = 0
+    while at < len(rows):
+        size = min(ROWS_PER_STATEMENT, 1 << ((len(rows) - at).bit_length() - 1))
+        conn.execute(f"{head} VALUES {', '.join([one] * size)}", [v for row in rows[at:at + size] for v in row])
+        at += size

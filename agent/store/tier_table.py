@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import zstandard
 
+from pilothouse.store.db import insert_rows
 from pilothouse.store.tiers import RECORD, WIDTHS, first_level, reduce_groups, regroup, whole
 
 BLOCK = 128  # buckets per stored row: a live append rewrites at most ~12 KB per level
@@ -111,7 +112,7 @@ class TierTable:
                 blob = self._encode(new_all[start:end])
                 rows.append((*keys[g], level, block, blob, got))
                 written += len(blob) + (len(got) if got else 0)
-        self.conn.executemany(f"INSERT OR REPLACE INTO tiers VALUES ({', '.join('?' * (len(keys[0]) + 4))})", rows)
+        insert_rows(self.conn, "INSERT OR REPLACE INTO tiers", rows)
         return written
 
     def _stored(self, keys: list[tuple], levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -127,7 +128,7 @@ class TierTable:
         names = ", ".join(self.keys)
         self.conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS tier_wants (g INTEGER, {names}, level INTEGER, "
                           "b0 INTEGER, b1 INTEGER)")
-        self.conn.executemany(f"INSERT INTO temp.tier_wants VALUES ({', '.join('?' * (len(self.keys) + 4))})", wants)
+        insert_rows(self.conn, "INSERT INTO temp.tier_wants", wants)
         on = " AND ".join(f"t.{k}=w.{k}" for k in self.keys)
         found = self.conn.execute(f"SELECT w.g, t.level, t.block, t.buckets, t.ids FROM temp.tier_wants w CROSS JOIN "
                                   f"tiers t ON {on} AND t.level=w.level AND t.block BETWEEN w.b0 AND w.b1 "
