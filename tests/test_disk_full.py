@@ -21,7 +21,7 @@ pytest_plugins = ["support.disk"]  # small_disk
 
 
 def _health_text(health) -> str:
-    from pilothouse.gui._qt.app import _health_text as text  # the status bar's line, Qt only on import
+    from pilothouse.gui.health_text import health_text as text  # the status bar's line
 
     return text(health)
 

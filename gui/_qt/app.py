@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pyqtgraph.util.garbage_collector import GarbageCollector
 from PySide6.QtCore import QItemSelectionModel, QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
@@ -37,9 +38,10 @@ from PySide6.QtWidgets import (
 )
 
 from pilothouse.text import printable
-from pilothouse.wire.entries import KIND_EVENT, Entry
+from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, Entry
 from pilothouse.wire.watched import STEER_HOW, how_to_steer
 
+from ..health_text import health_text
 from ..local_store import LocalStore
 from ..models import RunKey, RunsModel, first_screen, merged_event_lines, run_labels
 from ..network import Health, Links
@@ -101,6 +103,7 @@ class MainWindow(QMainWindow):
         self.table_model = RunsTableModel(self.runs, self.notices.book.firing)
         self.run_colors = RunColors()  # a run keeps its color in every tab while the app runs
         self.health: dict[str, Health] = {}
+        self.behind: dict[str, float] = {}  # agent url -> how late its last points reached this thread (s)
         self._events_keys: list[RunKey] = []  # the runs the Events pane shows
         self._dirty = True
         self._rows_dirty = True
@@ -285,6 +288,10 @@ class MainWindow(QMainWindow):
                 # tiers that is now in the store
                 self.charts.show_runs(self.runs.selected(), self.store)
                 self.charts.show_alerts({k: self.notices.markers(k) for k in self.runs.selected()})
+        newest = max((float(np.frombuffer(e.times, np.float64)[-1]) for e in entries if e.kind == KIND_METRIC and e.n),
+                     default=None)
+        if newest is not None:  # how late the newest point reaches this thread: the status bar says so
+            self.behind[url] = max(0.0, time.time() - newest)
         self.charts.add_entries(url, entries)
         self.system.add_entries(url, entries)
         self.rollouts.add_entries(url, entries)
@@ -335,7 +342,8 @@ class MainWindow(QMainWindow):
             self.center.setCurrentWidget(self.tabs if self.links.agents() or self.runs.rows() else self.empty)
         self.charts.redraw()
         self.system.redraw()
-        self.status_label.setText("   ".join(_health_text(h) for h in self.health.values()) or "no agents")
+        self.status_label.setText("   ".join(health_text(h, self.behind.get(h.url)) for h in self.health.values())
+                                  or "no agents")
 
     # --- selection ------------------------------------------------------------------------
 
@@ -572,15 +580,6 @@ class MainWindow(QMainWindow):
     def agents_changed(self) -> None:
         self.alerts.set_agents(self.followed())
         self._schedule()
-
-
-def _health_text(h: Health) -> str:
-    mark = {"connected": "●", "reconnecting": "◌", "connecting": "◌"}.get(h.state, "○")
-    lag = f" {h.lag * 1000:.0f} ms lag" if h.lag is not None and h.state == "connected" else ""
-    problem = f" · {h.error}" if h.error and h.state != "connected" else ""  # e.g. a refused key: what to run
-    if h.warning:
-        problem += f" · ⚠ {h.warning}"
-    return f"{h.url} {mark} {h.state}{lag} · {h.points_per_s:,.0f} pts/s{problem}"
 
 
 def run_app(argv: Sequence[str], store_path: str | Path | None, agents: Sequence[str], local: bool = False) -> int:
