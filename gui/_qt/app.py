@@ -6,7 +6,6 @@ Network I/O lives in ``pilothouse.gui.network`` threads; their callbacks become 
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -65,7 +64,6 @@ from .system import SystemPanel
 from .theme import apply_theme
 
 REDRAW_MS = 30
-GIL_SWITCH_S = 0.0005  # see MainWindow.__init__
 STOP_NAMES = 5  # a stop confirmation names this many runs, then "and N more"
 RESIZE_S = 2.0  # the run table's columns fit grown values (a longer step) at most this often
 EMPTY = ("No agents yet: run `pilothouse agent` (`pilothouse gui` without --agent follows the agents you "
@@ -84,12 +82,6 @@ class MainWindow(QMainWindow):
     def __init__(self, store_path: str | Path | None = None, agents: Sequence[str] = (), local: bool = False):
         """``agents``: URLs to follow (and remember); ``local``: follow the user's running local agents too."""
         super().__init__()
-        # The app's threads (the UI, one link per agent, the store writer) each give up the GIL many
-        # times a frame or a write (every Qt call, every SQLite step) and wait to get it back until
-        # a busy thread lets go, by default up to 5 ms later: with 16 agents the store writer and
-        # the UI spent most of their time waiting so, seconds behind while the app used a third of
-        # a core (benchmarks/bench_load.py --app).  A shorter switch interval bounds each wait.
-        sys.setswitchinterval(GIL_SWITCH_S)
         self.setWindowTitle("Pilothouse")
         self.bridge = Bridge()
         self.links = Links(store_path, on_batch=self.bridge.batch.emit, on_health=self.bridge.health.emit)
