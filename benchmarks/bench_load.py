@@ -255,7 +255,7 @@ def profile(out: str | None, mode: str, pids: list[int]) -> subprocess.Popen | N
     Path(out).mkdir(parents=True, exist_ok=True)
     path = Path(out) / f"app-{mode}-{time.strftime('%H%M%S')}.txt"
     print(f"profiling the app (pid {pids[0]}) into {path}", flush=True)
-    return subprocess.Popen(["py-spy", "record", "--pid", str(pids[0]), "--format", "raw", "--threads",
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pids[0]), "--format", "raw", "--threads", "--gil",
                              "--rate", "200", "--output", str(path)], stdout=subprocess.DEVNULL)
 
 

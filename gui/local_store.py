@@ -226,6 +226,13 @@ class LocalStore:
         is harmless.  A metric entry held above the cursor is a packed entry's part (see
         ``pilothouse.wire.entries``): its rest, arriving later under the same id, is appended to
         it (an entry at or below the cursor is a repeat)."""
+        try:
+            self._write_pages(pages)
+        except BaseException:
+            self.tiers.forget()  # what it held for the fold was not written after all
+            raise
+
+    def _write_pages(self, pages: Iterable[tuple[str, Sequence[Sequence], int, Iterable[dict] | None]]) -> None:
         with transaction(self.db):
             new, parts = [], []
             for url, entries, cursor, runs in pages:

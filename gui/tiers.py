@@ -92,6 +92,10 @@ class Tiers:
         self._version = -1  # the file's data_version the resumes were read at (another connection writes)
         self._waiting = 0  # points this connection wrote since its last fold (a hint: another may have more)
         self.folds = 0  # how many times this connection folded what waited
+        # what waits, as this connection wrote it (key -> its folded_to, entries in arrival order): the fold
+        # reads these instead of the file (reading them back cost as much as writing them); what another
+        # connection or an earlier process left waiting is read from the file
+        self._held: dict[tuple[str, str, str], tuple[int, list[Sequence]]] = {}
         self._tails: dict[tuple, tuple] = {}  # the waiting points of each key read in the current snapshot
         self._tails_at: tuple[int, int] = (-1, -1)
 
@@ -107,24 +111,42 @@ class Tiers:
         docstring).  ``parts``: (agent, the rest of a packed entry) appended to an entry stored before,
         folded now unless that entry waits.  Only entries not stored before may be passed: a re-sent
         page must not count twice (``LocalStore.write_pages`` passes the rows it inserted)."""
-        tails: dict[tuple[str, str, str], int] = {}
+        streams: dict[tuple[str, str, str], list[Sequence]] = {}
         for agent, entries in stored:
             for e in entries:
                 if e[2] == KIND_METRIC and e[5]:
-                    key = (agent, e[1], e[3])
-                    tails[key] = min(tails.get(key, e[0]), e[0])
+                    streams.setdefault((agent, e[1], e[3]), []).append(e)
                     self._waiting += e[5]
                 elif e[2] == KIND_EVENT and resume_started(unpack_blob(e[9])) is not None:
                     self._resumes.pop((agent, e[1]), None)
-        insert_rows(self.db.conn, "INSERT OR IGNORE INTO tier_tail",
-                    [(*key, first - 1, time.time()) for key, first in tails.items()])
+        waiting = self._waiting_since()  # the file's word: a run removed or renamed meanwhile lost its row
+        for key in [key for key, held in self._held.items() if waiting.get(key) != held[0]]:
+            del self._held[key]
+        new = []
+        for key, entries in streams.items():
+            if key in self._held:
+                self._held[key][1].extend(entries)
+            elif key not in waiting:  # its first waiting entries: noted, and held
+                new.append((*key, entries[0][0] - 1, time.time()))
+                self._held[key] = (entries[0][0] - 1, list(entries))
+        insert_rows(self.db.conn, "INSERT INTO tier_tail", new)
         rests = []
         for agent, e in parts:
-            row = self.db.execute("SELECT folded_to FROM tier_tail WHERE agent=? AND run=? AND metric=?",
-                                  [agent, e[1], e[3]]).fetchone()
-            if row is None or e[0] <= row[0]:
+            key = (agent, e[1], e[3])
+            folded_to = waiting.get(key, self._held[key][0] if key in self._held else None)
+            if folded_to is None or e[0] <= folded_to:
                 rests.append((agent, [e]))
+            elif key in self._held:  # the rest of a waiting entry waits with it
+                self._held[key][1].append(e)
         self.fold(rests)
+
+    def _waiting_since(self) -> dict[tuple[str, str, str], int]:
+        """Every waiting stream's folded_to, as the file says."""
+        return {(a, r, m): f for a, r, m, f in self.db.execute("SELECT agent, run, metric, folded_to FROM tier_tail")}
+
+    def forget(self) -> None:
+        """The transaction that wrote what is held rolled back: the file is the truth again."""
+        self._held.clear()
 
     def waiting(self) -> bool:
         """Whether any entry waits to be folded."""
@@ -137,14 +159,18 @@ class Tiers:
         if oldest is None or not (force or self._waiting >= FOLD_POINTS or time.time() - oldest >= FOLD_SECONDS):
             return False
         stored = []
-        for agent, run, metric, folded_to in self.db.execute("SELECT agent, run, metric, folded_to FROM tier_tail"
-                                                             ).fetchall():
+        for (agent, run, metric), folded_to in self._waiting_since().items():
+            held = self._held.get((agent, run, metric))
+            if held is not None and held[0] == folded_to:
+                stored.append((agent, held[1]))
+                continue
             rows = self.db.execute("SELECT id, run, kind, metric, rank, n, steps, vals, times, body FROM entries "
                                    "WHERE agent=? AND run=? AND kind=? AND metric=? AND id>? ORDER BY id",
                                    [agent, run, KIND_METRIC, metric, folded_to]).fetchall()
             stored.append((agent, [(*e[:6], *row_points(*e[6:9]), e[9]) for e in rows]))
         self.db.execute("DELETE FROM tier_tail")
         self._waiting = 0
+        self._held.clear()
         self.fold(stored)
         self.folds += 1
         return True

@@ -109,3 +109,31 @@ def test_what_waits_survives_a_close_and_is_folded_when_due(tmp_path, monkeypatc
     monkeypatch.setattr("pilothouse.gui.tiers.time.time", lambda: now + FOLD_SECONDS + 1)
     store.write_page(A, [], written[-1][-1].id)  # the next write folds what is due
     assert not store.tiers.waiting() and views(store, steps) == want
+
+
+def test_a_write_rolled_back_leaves_nothing_waiting_for_the_fold(tmp_path, monkeypatch):
+    """The writer's store holds what waits in memory for the fold: a transaction that fails (a full
+    disk, a bad run list) must not leave its points there, or the fold would count them twice."""
+    steps, _, written = pages(6, 8_000, 32, integers=True)
+    store, eager = LocalStore(tmp_path / "s.sqlite"), LocalStore(tmp_path / "eager.sqlite")
+    half = len(written) // 2
+    for page in written[:half]:
+        store.write_page(A, page, page[-1].id)
+        eager.write_page(A, page, page[-1].id)
+
+    def refused(*_):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as m:
+        m.setattr(store.tiers, "fold_due", refused)  # after its points were noted as waiting
+        try:
+            store.write_pages([(A, written[half], written[half][-1].id, None)])
+        except OSError:
+            pass
+        else:
+            raise AssertionError("the write was not refused")
+    for page in written[half:]:  # sent again, as the link does
+        store.write_page(A, page, page[-1].id)
+        eager.write_page(A, page, page[-1].id)
+    assert views(store, steps) == views(eager, steps)
+    assert tier_rows(store) == tier_rows(eager) and tier_rows(store)
