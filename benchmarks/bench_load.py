@@ -191,6 +191,8 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
                      "trainer": [p.pid for p in children if p.name.endswith("trainer")],
                      "reader": [p.pid for p in children if p.name.endswith("reader")],
                      **({"app": [p.pid for p in children if p.name.endswith("app")]} if args.app else {})}
+            if args.nice_load:
+                lower(args.nice_load, roles["agent"] + roles["trainer"] + roles["reader"])
             sampler = Sampler(roles)
             idle0 = sampler.sample()
             time.sleep(args.idle)
@@ -245,6 +247,15 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         summary["lossless"] = summary["lossless"] and summary["app"]["lossless"]
         summary["problems"] += summary["app"]["problems"]
     return summary
+
+
+def lower(niceness: int, pids: list[int]) -> None:
+    """Run these processes at a lower priority (``--nice-load``), every thread of each (Linux nices
+    threads, not processes; threads started later inherit it): the app then gets a core whenever it
+    asks, as on a desk whose agents run on other nodes, and what is left of its latency is its own."""
+    for pid in pids:
+        for thread in psutil.Process(pid).threads():
+            os.setpriority(os.PRIO_PROCESS, thread.id, niceness)
 
 
 def profile(out: str | None, mode: str, pids: list[int]) -> subprocess.Popen | None:
@@ -441,6 +452,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="also follow every agent with the real app (offscreen): its UI-thread latency, CPU and memory")
     p.add_argument("--profile", metavar="DIR", help="with --app: sample the app with py-spy (pip install py-spy; "
                    "root, or ptrace allowed) into DIR, collapsed stacks per thread, idle samples kept")
+    p.add_argument("--nice-load", type=int, default=0, metavar="N",
+                   help="with --app: run the agents, trainers and readers at niceness N (e.g. 19), so that what "
+                        "queues on a full machine is told apart from what the app adds")
     p.add_argument("--idle", type=float, default=3.0, help="seconds to measure the idle agents before the load")
     p.add_argument("--rounds", type=int, default=2,
                    help="rounds of all modes, alternating the order (loopback, listener, listener, loopback, ...)")

@@ -95,9 +95,9 @@ def fill_store(path: Path, points: int, metrics: int) -> float:
 def fill_journal(path: Path, points: int, metrics: int) -> float:
     """One finished run of ``metrics`` random walks with a spike each, packed, with its tiers, straight
     into an agent's journal at ``path``; returns the seconds taken."""
-    from pilothouse.wire import packed_chunks
-    from pilothouse.store.packing import MAX_POINTS
     from pilothouse.node.journal import Store
+    from pilothouse.store.packing import MAX_POINTS
+    from pilothouse.wire import packed_chunks
 
     started = time.perf_counter()
     store = Store(path)
