@@ -154,7 +154,7 @@ def test_the_main_window_opens_a_run_it_never_saw_from_the_agents_tiers_then_fro
     agent = AgentProcess(tmp_path / "agent", free_port()).start()
     try:
         w = window([agent.url])  # an empty store: the window's link follows the journal from its start
-        w.resize(1400, 900)
+        w.resize(1400, 2800)  # every chart (9 rows) in sight: a chart scrolled out of view is drawn once scrolled to
         w.charts.model.remote_gap = 1  # drawn from the agent until the store holds every point (the app waits for 1 M)
         qtbot.waitUntil(lambda: sorted(w.charts.charts) == NAMES, timeout=30_000)  # the run opened on its own
         assert w.charts.model.remote_keys == {(agent.url, run)}

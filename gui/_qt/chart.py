@@ -86,7 +86,8 @@ class ChartWidget(pg.PlotWidget):
         self._timer = QtCore.QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(redraw_ms)
-        self._timer.timeout.connect(self.redraw)
+        self._timer.timeout.connect(self._timed_redraw)
+        self._stale = False  # a redraw was skipped while the chart was out of sight
         self._vb.sigXRangeChanged.connect(self._range_changed)
         self._vb.sigYRangeChanged.connect(self._place_markers)
         self._vb.sigResized.connect(self.schedule_redraw)
@@ -234,6 +235,37 @@ class ChartWidget(pg.PlotWidget):
     def schedule_redraw(self, *_: object) -> None:
         if not self._timer.isActive():
             self._timer.start()
+
+    def _timed_redraw(self) -> None:
+        """Redraw, unless the user cannot see the chart now (its window is shown, the chart is on
+        another tab or scrolled out of the grid's view): with 10 charts of 64 runs each, drawing the
+        hidden ones was most of the UI thread's time.  It redraws when it is painted again."""
+        if self._out_of_sight():
+            self._stale = True
+            return
+        self.redraw()
+
+    def _out_of_sight(self) -> bool:
+        """Whether the chart's window is shown but the chart is not: hidden (another tab) or outside
+        the view of the scroll area holding it (the charts' grid).  A window not shown (tests, tools)
+        draws as always."""
+        if not self.window().isVisible():
+            return False
+        if not self.isVisible():
+            return True
+        area = self.parentWidget()
+        while area is not None and not isinstance(area, QtWidgets.QAbstractScrollArea):
+            area = area.parentWidget()
+        if area is None:
+            return False
+        view = area.viewport()
+        return not view.rect().intersects(QtCore.QRect(self.mapTo(view, QtCore.QPoint(0, 0)), self.size()))
+
+    def paintEvent(self, event: QtGui.QPaintEvent) -> None:
+        if self._stale:  # back in sight (scrolled to, its tab shown): the points it skipped, next frame
+            self._stale = False
+            self.schedule_redraw()
+        super().paintEvent(event)
 
     def flush(self) -> None:
         """Redraw now if a redraw is pending (tests and benchmarks, which cannot wait 30 ms)."""

@@ -1,0 +1,46 @@
+"""A chart the user cannot see (scrolled out of the grid's view, on a hidden tab) skips its live
+redraws and catches up when it comes back into sight: the UI thread draws what is seen."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
+
+from pilothouse.gui._qt.chart import ChartWidget
+
+
+def drawn(chart: ChartWidget) -> int:
+    xs, _ = chart.curves["r"].raw.getData()
+    return 0 if xs is None else len(xs)
+
+
+def test_a_chart_scrolled_out_of_view_is_drawn_when_it_is_scrolled_to(qtbot):
+    host = QWidget()
+    column = QVBoxLayout(host)
+    charts = [ChartWidget(redraw_ms=10) for _ in range(2)]
+    for chart in charts:
+        chart.setMinimumHeight(400)
+        column.addWidget(chart)
+    scroll = QScrollArea(widgetResizable=True)
+    scroll.setWidget(host)
+    scroll.resize(500, 300)  # the first chart in view, the second below it
+    qtbot.addWidget(scroll)
+    scroll.show()
+    qtbot.waitExposed(scroll)
+    series = [chart.add_curve("r") for chart in charts]
+    for s, chart in zip(series, charts):
+        s.append(np.arange(100.0), np.sin(np.arange(100.0)))
+        chart.schedule_redraw()
+    qtbot.waitUntil(lambda: drawn(charts[0]) > 0, timeout=3000)
+    qtbot.wait(100)
+    assert drawn(charts[1]) == 0  # out of sight: skipped
+    scroll.ensureWidgetVisible(charts[1])
+    qtbot.waitUntil(lambda: drawn(charts[1]) > 0, timeout=3000)  # painted again: drawn
+
+
+def test_a_chart_of_a_window_not_shown_draws_as_before(qtbot):
+    chart = ChartWidget(redraw_ms=10)  # tests and tools that never show a window read what it drew
+    qtbot.addWidget(chart)
+    chart.add_curve("r").append(np.arange(10.0), np.arange(10.0))
+    chart.schedule_redraw()
+    qtbot.waitUntil(lambda: drawn(chart) == 10 or drawn(chart) > 0, timeout=3000)
