@@ -166,7 +166,7 @@ def reader_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | 
 
 def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | None,
              conn: multiprocessing.connection.Connection) -> None:
-    """The real app (``MainWindow``, offscreen) following every agent: what reaches its UI thread.
+    """The real app (``MainWindow``, shown on the offscreen platform) following every agent: what reaches its UI thread.
 
     Its links write every page to a fresh local store, then hand it to the UI thread; a slot on
     the window's own batch signal tallies each (run, metric) and samples log() -> UI-thread latency,
@@ -204,6 +204,8 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
             if names[e.metric] == 0:
                 latencies.append((now - times).astype(np.float32))
 
+    window.resize(1400, 900)
+    window.show()  # as a user's: the charts in sight are drawn, the others when scrolled to
     window.bridge.batch.connect(on_batch)
     cpu0 = thread_cpu()
     stages = {"received": [], "written": []}  # log() -> the link took the page / the store wrote it
