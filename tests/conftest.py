@@ -38,10 +38,10 @@ def window(qtbot, tmp_path):
     """``window(agents)``: a real MainWindow on a store in ``tmp_path``, shown, closed at the end."""
     import gc
 
-    from pilothouse.gui._qt.app import MainWindow
-
     from PySide6.QtCore import Qt
     from PySide6.QtGui import QGuiApplication
+
+    from pilothouse.gui._qt.app import MainWindow
 
     gc.collect()  # earlier tests' windows die here, on the UI thread, not in a worker's collection
     # a modifier an earlier test left held (a key released on a closed window is dropped) would
