@@ -1,7 +1,10 @@
 """A chart the user cannot see (scrolled out of the grid's view, on a hidden tab) skips its live
-redraws and catches up when it comes back into sight: the UI thread draws what is seen."""
+redraws and catches up when it comes back into sight, and a chart whose frames cost much draws
+fewer of them, a pan or zoom still at once: the UI thread draws what is seen, at what it can afford."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
@@ -44,3 +47,27 @@ def test_a_chart_of_a_window_not_shown_draws_as_before(qtbot):
     chart.add_curve("r").append(np.arange(10.0), np.arange(10.0))
     chart.schedule_redraw()
     qtbot.waitUntil(lambda: drawn(chart) == 10 or drawn(chart) > 0, timeout=3000)
+
+
+def test_a_chart_that_draws_slowly_draws_less_often_but_a_pan_at_once(qtbot, monkeypatch):
+    """Live redraws come DRAW_SHARE times what one costs apart (a busy UI thread gets fewer frames,
+    not a backlog); a pan or zoom is redrawn after the shortest gap whatever the frames cost."""
+    from pilothouse.gui._qt import chart as module
+
+    chart = ChartWidget(redraw_ms=10)
+    qtbot.addWidget(chart)
+    series = chart.add_curve("r")
+    series.append(np.arange(100.0), np.arange(100.0))
+    slow = chart.redraw
+
+    def redraw() -> None:
+        slow()
+        time.sleep(0.01)  # a redraw of 10 ms
+
+    monkeypatch.setattr(chart, "redraw", redraw)
+    chart.schedule_redraw()
+    qtbot.waitUntil(lambda: chart._cost >= 0.01, timeout=3000)
+    chart.schedule_redraw()
+    assert chart._timer.interval() >= 10 * module.DRAW_SHARE  # 150 ms, not 10
+    chart.setXRange(10, 20, padding=0)  # the user zooms
+    assert chart._timer.interval() == 10 and chart._timer.isActive()

@@ -14,6 +14,7 @@ and highest max), with the area between them filled (one path a frame, built in 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ EMPHASIS_WIDTH = 2.5
 MARKER_COLOR = "#d62728"  # the ticks of non-finite values (a mark, not text)
 MAX_ALERT_LINES = 50  # a flapping rule must not bury the curves: the newest are drawn
 BAND_ALPHA = 60  # a group's min/max band behind its mean curve
+DRAW_SHARE = 15  # live redraws of a chart come at least this many times what one costs apart (see schedule_redraw)
+SLOWEST_MS = 500  # but at least twice a second
 
 
 @dataclass
@@ -88,6 +91,8 @@ class ChartWidget(pg.PlotWidget):
         self._timer.setInterval(redraw_ms)
         self._timer.timeout.connect(self._timed_redraw)
         self._stale = False  # a redraw was skipped while the chart was out of sight
+        self._redraw_ms = redraw_ms  # the shortest gap between live redraws (and a pan's or zoom's)
+        self._cost = 0.0  # seconds the last redraw and its paint took
         self._vb.sigXRangeChanged.connect(self._range_changed)
         self._vb.sigYRangeChanged.connect(self._place_markers)
         self._vb.sigResized.connect(self.schedule_redraw)
@@ -233,8 +238,16 @@ class ChartWidget(pg.PlotWidget):
             self.alert_lines.append(line)
 
     def schedule_redraw(self, *_: object) -> None:
+        """Redraw soon: live points after a gap of at least DRAW_SHARE times what the last redraw and
+        its paint took (a busy UI thread, a chart of 64 curves: fewer frames, never a backlog of
+        batches waiting behind frames), up to SLOWEST_MS."""
         if not self._timer.isActive():
-            self._timer.start()
+            self._timer.start(max(self._redraw_ms, min(SLOWEST_MS, round(self._cost * 1000 * DRAW_SHARE))))
+
+    def _redraw_soon(self) -> None:
+        """A pan or zoom: redrawn after the shortest gap, whatever the live frames cost."""
+        if not self._timer.isActive() or self._timer.remainingTime() > self._redraw_ms:
+            self._timer.start(self._redraw_ms)
 
     def _timed_redraw(self) -> None:
         """Redraw, unless the user cannot see the chart now (its window is shown, the chart is on
@@ -243,7 +256,9 @@ class ChartWidget(pg.PlotWidget):
         if self._out_of_sight():
             self._stale = True
             return
+        started = time.perf_counter()
         self.redraw()
+        self._cost = time.perf_counter() - started  # the paint's share is added when it comes
 
     def _out_of_sight(self) -> bool:
         """Whether the chart's window is shown but the chart is not: hidden (another tab) or outside
@@ -265,7 +280,9 @@ class ChartWidget(pg.PlotWidget):
         if self._stale:  # back in sight (scrolled to, its tab shown): the points it skipped, next frame
             self._stale = False
             self.schedule_redraw()
+        started = time.perf_counter()
         super().paintEvent(event)
+        self._cost += time.perf_counter() - started
 
     def flush(self) -> None:
         """Redraw now if a redraw is pending (tests and benchmarks, which cannot wait 30 ms)."""
@@ -318,7 +335,7 @@ class ChartWidget(pg.PlotWidget):
     def _range_changed(self, *_: object) -> None:
         if not self._setting_range:  # a pan, zoom or setXRange: keep that range
             self._follow = False
-            self.schedule_redraw()
+            self._redraw_soon()
 
     def _auto_clicked(self, *_: object) -> None:
         self._vb.disableAutoRange(pg.ViewBox.XAxis)  # the button turned it on; x is ours
