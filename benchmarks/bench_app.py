@@ -117,9 +117,7 @@ def latency(seconds: float) -> list[float]:
             if len(ys):
                 samples.append((time.time() - ys[-1]) * 1000)
 
-        chart.redraw = timed_redraw
-        chart._timer.timeout.disconnect()
-        chart._timer.timeout.connect(timed_redraw)
+        chart.redraw = timed_redraw  # what the chart's own redraw timer calls (ChartWidget._timed_redraw)
         end = time.time() + seconds
         while time.time() < end:
             QApplication.processEvents()

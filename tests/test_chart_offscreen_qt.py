@@ -49,25 +49,32 @@ def test_a_chart_of_a_window_not_shown_draws_as_before(qtbot):
     qtbot.waitUntil(lambda: drawn(chart) == 10 or drawn(chart) > 0, timeout=3000)
 
 
-def test_a_chart_that_draws_slowly_draws_less_often_but_a_pan_at_once(qtbot, monkeypatch):
-    """Live redraws come DRAW_SHARE times what one costs apart (a busy UI thread gets fewer frames,
-    not a backlog); a pan or zoom is redrawn after the shortest gap whatever the frames cost."""
+def test_a_chart_painting_slowly_on_a_busy_ui_thread_draws_less_often_but_a_pan_at_once(qtbot, monkeypatch):
+    """While the UI thread is behind, live redraws come DRAW_SHARE times what a paint costs apart (fewer
+    frames, not a backlog); a pan or zoom gets the shortest gap."""
+    import pyqtgraph as pg
+
     from pilothouse.gui._qt import chart as module
 
+    paint = pg.PlotWidget.paintEvent
+
+    def slow_paint(self, event) -> None:
+        time.sleep(0.01)  # a paint of 10 ms
+        paint(self, event)
+
+    monkeypatch.setattr(pg.PlotWidget, "paintEvent", slow_paint)
     chart = ChartWidget(redraw_ms=10)
     qtbot.addWidget(chart)
+    chart.show()
+    qtbot.waitExposed(chart)
     series = chart.add_curve("r")
     series.append(np.arange(100.0), np.arange(100.0))
-    slow = chart.redraw
-
-    def redraw() -> None:
-        slow()
-        time.sleep(0.01)  # a redraw of 10 ms
-
-    monkeypatch.setattr(chart, "redraw", redraw)
     chart.schedule_redraw()
-    qtbot.waitUntil(lambda: chart._cost >= 0.01, timeout=3000)
+    qtbot.wait(100)  # drawn and painted once (benchmarks/bench_app.py: a thread that keeps up keeps 30 ms gaps)
     chart.schedule_redraw()
-    assert chart._timer.interval() >= 10 * module.DRAW_SHARE  # 150 ms, not 10
+    time.sleep(0.05)  # the UI thread busy elsewhere: the redraw comes 40 ms late
+    qtbot.wait(100)
+    chart.schedule_redraw()
+    assert chart._timer.interval() >= 10 * module.DRAW_SHARE  # about 100 ms, not 10
     chart.setXRange(10, 20, padding=0)  # the user zooms
     assert chart._timer.interval() == 10 and chart._timer.isActive()

@@ -38,7 +38,7 @@ EMPHASIS_WIDTH = 2.5
 MARKER_COLOR = "#d62728"  # the ticks of non-finite values (a mark, not text)
 MAX_ALERT_LINES = 50  # a flapping rule must not bury the curves: the newest are drawn
 BAND_ALPHA = 60  # a group's min/max band behind its mean curve
-DRAW_SHARE = 15  # live redraws of a chart come at least this many times what one costs apart (see schedule_redraw)
+DRAW_SHARE = 10  # live redraws of a chart come at least this many times its paint's cost apart (schedule_redraw)
 SLOWEST_MS = 500  # but at least twice a second
 
 
@@ -92,7 +92,9 @@ class ChartWidget(pg.PlotWidget):
         self._timer.timeout.connect(self._timed_redraw)
         self._stale = False  # a redraw was skipped while the chart was out of sight
         self._redraw_ms = redraw_ms  # the shortest gap between live redraws (and a pan's or zoom's)
-        self._cost = 0.0  # seconds the last redraw and its paint took
+        self._cost = 0.0  # seconds the paint of the last live frame took (the chart's own, not its x-linked ones')
+        self._due = 0.0  # when the redraw timer was due to fire
+        self._busy = False  # it fired more than a gap late: the UI thread is behind
         self._vb.sigXRangeChanged.connect(self._range_changed)
         self._vb.sigYRangeChanged.connect(self._place_markers)
         self._vb.sigResized.connect(self.schedule_redraw)
@@ -238,11 +240,14 @@ class ChartWidget(pg.PlotWidget):
             self.alert_lines.append(line)
 
     def schedule_redraw(self, *_: object) -> None:
-        """Redraw soon: live points after a gap of at least DRAW_SHARE times what the last redraw and
-        its paint took (a busy UI thread, a chart of 64 curves: fewer frames, never a backlog of
-        batches waiting behind frames), up to SLOWEST_MS."""
+        """Redraw soon.  While the UI thread is behind (the last redraw came more than a gap late),
+        live points wait DRAW_SHARE times what the last frame's paint took, up to SLOWEST_MS: a chart
+        of 64 curves on a busy thread draws fewer frames rather than keep batches waiting behind them."""
         if not self._timer.isActive():
-            self._timer.start(max(self._redraw_ms, min(SLOWEST_MS, round(self._cost * 1000 * DRAW_SHARE))))
+            gap = max(self._redraw_ms, min(SLOWEST_MS, round(self._cost * 1000 * DRAW_SHARE))) if self._busy \
+                else self._redraw_ms
+            self._due = time.perf_counter() + gap / 1000
+            self._timer.start(gap)
 
     def _redraw_soon(self) -> None:
         """A pan or zoom: redrawn after the shortest gap, whatever the live frames cost."""
@@ -256,9 +261,9 @@ class ChartWidget(pg.PlotWidget):
         if self._out_of_sight():
             self._stale = True
             return
-        started = time.perf_counter()
+        self._busy = time.perf_counter() - self._due > self._redraw_ms / 1000  # the UI thread came late
+        self._cost = 0.0  # what this frame's paint takes, added when it comes
         self.redraw()
-        self._cost = time.perf_counter() - started  # the paint's share is added when it comes
 
     def _out_of_sight(self) -> bool:
         """Whether the chart's window is shown but the chart is not: hidden (another tab) or outside
