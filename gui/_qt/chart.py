@@ -38,7 +38,7 @@ EMPHASIS_WIDTH = 2.5
 MARKER_COLOR = "#d62728"  # the ticks of non-finite values (a mark, not text)
 MAX_ALERT_LINES = 50  # a flapping rule must not bury the curves: the newest are drawn
 BAND_ALPHA = 60  # a group's min/max band behind its mean curve
-DRAW_SHARE = 10  # live redraws of a chart come at least this many times its paint's cost apart (schedule_redraw)
+DRAW_SHARE = 15  # behind, live redraws of a chart come this many times what one costs apart (schedule_redraw)
 SLOWEST_MS = 500  # but at least twice a second
 
 
@@ -92,7 +92,7 @@ class ChartWidget(pg.PlotWidget):
         self._timer.timeout.connect(self._timed_redraw)
         self._stale = False  # a redraw was skipped while the chart was out of sight
         self._redraw_ms = redraw_ms  # the shortest gap between live redraws (and a pan's or zoom's)
-        self._cost = 0.0  # seconds the paint of the last live frame took (the chart's own, not its x-linked ones')
+        self._cost = 0.0  # seconds the last live frame took to redraw and paint
         self._due = 0.0  # when the redraw timer was due to fire
         self._busy = False  # it fired more than a gap late: the UI thread is behind
         self._vb.sigXRangeChanged.connect(self._range_changed)
@@ -241,8 +241,9 @@ class ChartWidget(pg.PlotWidget):
 
     def schedule_redraw(self, *_: object) -> None:
         """Redraw soon.  While the UI thread is behind (the last redraw came more than a gap late),
-        live points wait DRAW_SHARE times what the last frame's paint took, up to SLOWEST_MS: a chart
-        of 64 curves on a busy thread draws fewer frames rather than keep batches waiting behind them."""
+        live points wait DRAW_SHARE times what the last frame took to redraw and paint, up to SLOWEST_MS:
+        a chart of 64 curves on a busy thread draws fewer frames rather than keep batches waiting behind
+        them; on time, every gap is the shortest (one run's chart keeps its 30 ms frames)."""
         if not self._timer.isActive():
             gap = max(self._redraw_ms, min(SLOWEST_MS, round(self._cost * 1000 * DRAW_SHARE))) if self._busy \
                 else self._redraw_ms
@@ -261,9 +262,10 @@ class ChartWidget(pg.PlotWidget):
         if self._out_of_sight():
             self._stale = True
             return
-        self._busy = time.perf_counter() - self._due > self._redraw_ms / 1000  # the UI thread came late
-        self._cost = 0.0  # what this frame's paint takes, added when it comes
+        started = time.perf_counter()
+        self._busy = started - self._due > self._redraw_ms / 1000  # the UI thread came late
         self.redraw()
+        self._cost = time.perf_counter() - started  # and its paint, added when it comes
 
     def _out_of_sight(self) -> bool:
         """Whether the chart's window is shown but the chart is not: hidden (another tab) or outside
