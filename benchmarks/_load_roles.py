@@ -224,9 +224,12 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
     selected = False
     last_progress = time.monotonic()
     problems: list[str] = []
+    pans = Pans(window)
     while True:
         app.processEvents()
         time.sleep(0.005)
+        if seen["points"]:
+            pans.maybe()
         if not selected and window.runs.rows():
             window.table.selectAll()  # every run charted, as a user comparing them all
             selected = len(window.runs.rows()) >= len(runs)
@@ -249,6 +252,7 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
     lat = np.concatenate(latencies) if latencies else np.empty(0, np.float32)
     conn.send({"points": seen["points"], "t_first_point": seen["first"], "t_last_point": seen["last"],
                "latencies": lat.tobytes(), "problems": problems, "thread_cpu_s": thread_cpu(cpu0),
+               "pans": np.array(pans.took, np.float32).tobytes(),
                **{stage: np.concatenate(got or [np.empty(0, np.float32)]).tobytes() for stage, got in stages.items()}})
     conn.recv()  # "quit"
     window.close()
@@ -289,3 +293,29 @@ def thread_cpu(since: dict[str, float] | None = None) -> dict[str, float]:
                 else "links" if name.startswith("link ") else "other")
         out[role] += t.user_time + t.system_time
     return {k: v - (since or {}).get(k, 0.0) for k, v in out.items()}
+
+
+class Pans:
+    """A user panning the first chart of the grid once a second while the load runs: seconds from
+    the pan to the redraw that serves its range (its paint follows in the same turn of the loop)."""
+
+    def __init__(self, window: object) -> None:
+        self.window, self.took, self.asked, self.next = window, [], None, time.monotonic() + 1.0
+        self.chart = None
+
+    def maybe(self) -> None:
+        if self.asked is not None or time.monotonic() < self.next or not self.window.charts.shown:
+            return
+        if self.chart is None:
+            self.chart = self.window.charts.charts[self.window.charts.shown[0]]
+            redraw = self.chart.redraw
+
+            def timed() -> None:
+                redraw()
+                if self.asked is not None:
+                    self.took.append(time.monotonic() - self.asked)
+                    self.asked = None
+            self.chart.redraw = timed
+        (x0, x1), _ = self.chart.getViewBox().viewRange()
+        self.asked, self.next = time.monotonic(), time.monotonic() + 1.0
+        self.chart.setXRange(x0 + (x1 - x0) / 10, x1 + (x1 - x0) / 10, padding=0)  # a drag to the right

@@ -279,6 +279,10 @@ def summarize_app(read: dict, args: argparse.Namespace, steps: int, t_go: float,
     window = max(read["t_last_point"] - t0, 1e-9)
     pct = (lambda q: float(percentile(lat, q)) * 1e3) if len(lat) else (lambda q: float("nan"))
     stages = {}
+    pans = np.sort(np.frombuffer(read["pans"], np.float32))
+    stages["pans"] = len(pans)
+    stages["pan_p50_ms"], stages["pan_p99_ms"] = ((float(percentile(pans, q)) * 1e3 for q in (50, 99))
+                                                  if len(pans) else (float("nan"),) * 2)
     for stage in ("received", "written"):
         got = np.sort(np.frombuffer(read[stage], np.float32))
         stages[f"{stage}_p50_ms"], stages[f"{stage}_p99_ms"] = ((float(percentile(got, q)) * 1e3 for q in (50, 99))
@@ -423,6 +427,8 @@ def report(results: dict[str, dict[str, Any]], ratios: dict[str, float]) -> str:
         row("app: cores used / per agent (% of a core)",
             lambda m: f"{m['app']['cores']:.2f} / {m['app']['cores_per_agent'] * 100:.2f}", "")
         row("app: CPU ns/point", lambda m: m["app"]["cpu_ns_per_point"], ",.0f")
+        row("app: a pan of the first chart -> redrawn, p50 / p99 (ms)",
+            lambda m: f"{m['app']['pan_p50_ms']:.0f} / {m['app']['pan_p99_ms']:.0f} ({m['app']['pans']} pans)", "")
         row("app: CPU ns/point on the UI / store writer / link threads / other",
             lambda m: " / ".join(f"{m['app'][f'{part}_ns_per_point']:,.0f}" for part in ("ui", "writer", "links", "other")),
             "")
