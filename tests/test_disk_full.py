@@ -5,6 +5,7 @@ The test fills a real filesystem: a small tmpfs mounted for it (we run as root, 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -118,8 +119,16 @@ def test_a_trainer_through_full_partly_freed_and_free_keeps_every_acked_point_an
                    what="the trainer dropping records on a full disk")
         part.unlink()  # partly freed: less than the headroom new data needs
         step = _log(run, step, 30000, names)
-        wait_until(lambda: _run_row(proc, run.id)["lost_records"] == run.stats["dropped_records"], timeout=20,
-                   what="LOST written while the disk is short")
+        seen = {"dropped": -1, "since": 0.0}
+
+        def settled() -> bool:  # the trainer's thread done with what was logged (it drops as it takes records)
+            dropped = run.stats["dropped_records"]
+            if dropped != seen["dropped"]:
+                seen.update(dropped=dropped, since=time.monotonic())
+                return False
+            return time.monotonic() - seen["since"] >= 1.0 and _run_row(proc, run.id)["lost_records"] == dropped
+
+        wait_until(settled, timeout=30, what="LOST written while the disk is short, the trainer done dropping")
         dropped = run.stats["dropped_records"]
         with Client(proc.url, timeout=10) as client:
             assert client.ping()["disk_full"].startswith("disk full: ")
