@@ -250,8 +250,8 @@ class ChartWidget(pg.PlotWidget):
             self._due = time.perf_counter() + gap / 1000
             self._timer.start(gap)
 
-    def _redraw_soon(self) -> None:
-        """A pan or zoom: redrawn after the shortest gap, whatever the live frames cost."""
+    def redraw_soon(self) -> None:
+        """A pan or zoom, or the answer to one: redrawn after the shortest gap, whatever live frames cost."""
         if not self._timer.isActive() or self._timer.remainingTime() > self._redraw_ms:
             self._timer.start(self._redraw_ms)
 
@@ -342,7 +342,7 @@ class ChartWidget(pg.PlotWidget):
     def _range_changed(self, *_: object) -> None:
         if not self._setting_range:  # a pan, zoom or setXRange: keep that range
             self._follow = False
-            self._redraw_soon()
+            self.redraw_soon()
 
     def _auto_clicked(self, *_: object) -> None:
         self._vb.disableAutoRange(pg.ViewBox.XAxis)  # the button turned it on; x is ours

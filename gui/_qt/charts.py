@@ -150,7 +150,7 @@ class ChartsPanel(QWidget):
         """An agent answered tiers: the charts drawing them redraw (and may turn out flat)."""
         relayout = False
         for metric in self.model.remote_answered(agent):
-            self.charts[metric].schedule_redraw()
+            self.charts[metric].redraw_soon()  # what a pan or zoom asked for: not a live frame to space out
             relayout |= self.model.check_constant(metric)
         if relayout:
             self._layout()
