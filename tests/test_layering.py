@@ -36,8 +36,11 @@ def source_modules() -> set[str]:
 def installed(tmp_path_factory) -> Path:
     """``pip install .`` (not editable) into a folder of its own: what a user gets from a wheel."""
     target = tmp_path_factory.mktemp("site")
+    source = tmp_path_factory.mktemp("source") / "pilothouse"  # a copy: a build in the checkout's build/ can collide
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__",
+                                                                 "results", ".pytest_cache"))
     out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                          "--target", str(target), str(ROOT)], capture_output=True, text=True, timeout=300)
+                          "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return target
 

@@ -293,8 +293,9 @@ class ChartWidget(pg.PlotWidget):
 
     def flush(self) -> None:
         """Redraw now if a redraw is pending (tests and benchmarks, which cannot wait 30 ms)."""
-        if self._timer.isActive():
+        if self._timer.isActive() or self._stale:  # a redraw skipped out of sight is pending too
             self._timer.stop()
+            self._stale = False
             self.redraw()
 
     def set_smoothing(self, alpha: float) -> None:
