@@ -13,9 +13,6 @@ from pathlib import Path
 import pytest
 from support.paths import ROOT
 
-# one worker builds the wheel: two pip builds of the checkout at once collide in its build/ folder
-pytestmark = pytest.mark.xdist_group("installed_wheel")
-
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 FOLDERS = {"pilothouse": ROOT / "agent", "pilothouse.gui": ROOT / "gui"}
 
