@@ -292,11 +292,14 @@ class ChartWidget(pg.PlotWidget):
         self._cost += time.perf_counter() - started
 
     def flush(self) -> None:
-        """Redraw now if a redraw is pending (tests and benchmarks, which cannot wait 30 ms)."""
+        """Redraw now if a redraw is pending (tests and benchmarks, which cannot wait 30 ms), and fit
+        the y range to it as the next paint would: pyqtgraph auto-ranges lazily, before a paint, so
+        without this the range read after a flush is the last painted one's."""
         if self._timer.isActive() or self._stale:  # a redraw skipped out of sight is pending too
             self._timer.stop()
             self._stale = False
             self.redraw()
+        self._vb.prepareForPaint()
 
     def set_smoothing(self, alpha: float) -> None:
         """TensorBoard-style EMA weight in [0, 1); 0 turns smoothing off. The smoothed copy of an
