@@ -26,6 +26,7 @@ from pilothouse.wire.entries import entry_points
 
 STALL_SECONDS = 60.0  # a reader gives up on an agent (and reports loss) after this long without a new point
 READY_SECONDS = 120.0  # for 32 agents + their trainers and readers to start on a busy 2-core machine
+WARMUP_SECONDS = 1.0  # the app makes its charts and curves as the first points come: "steady" leaves that out
 
 
 def metric_names(n: int) -> list[str]:
@@ -188,7 +189,8 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
     runs = {run for _, run in targets}
     tallies = {(run, m): Tally() for run in runs for m in names}
     latencies: list[np.ndarray] = []
-    seen = {"points": 0, "first": 0.0, "last": 0.0}
+    steady: list[np.ndarray] = []  # those of points logged WARMUP_SECONDS after the first: the charts are made
+    seen = {"points": 0, "first": 0.0, "last": 0.0, "first_log": 0.0}
     window = MainWindow(Path(os.environ["XDG_CONFIG_HOME"]) / "store.sqlite", [url for url, _ in targets])
 
     def on_batch(url: str, entries: list, _runs: object) -> None:
@@ -203,6 +205,8 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
             seen["last"] = now
             if names[e.metric] == 0:
                 latencies.append((now - times).astype(np.float32))
+                seen["first_log"] = seen["first_log"] or float(times.min())
+                steady.append(latencies[-1][times >= seen["first_log"] + WARMUP_SECONDS])
 
     window.resize(1400, 900)
     window.show()  # as a user's: the charts in sight are drawn, the others when scrolled to
@@ -252,6 +256,7 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
     lat = np.concatenate(latencies) if latencies else np.empty(0, np.float32)
     conn.send({"points": seen["points"], "t_first_point": seen["first"], "t_last_point": seen["last"],
                "latencies": lat.tobytes(), "problems": problems, "thread_cpu_s": thread_cpu(cpu0),
+               "steady": np.concatenate(steady or [np.empty(0, np.float32)]).tobytes(),
                "pans": np.array(pans.took, np.float32).tobytes(),
                **{stage: np.concatenate(got or [np.empty(0, np.float32)]).tobytes() for stage, got in stages.items()}})
     conn.recv()  # "quit"

@@ -283,7 +283,7 @@ def summarize_app(read: dict, args: argparse.Namespace, steps: int, t_go: float,
     stages["pans"] = len(pans)
     stages["pan_p50_ms"], stages["pan_p99_ms"] = ((float(percentile(pans, q)) * 1e3 for q in (50, 99))
                                                   if len(pans) else (float("nan"),) * 2)
-    for stage in ("received", "written"):
+    for stage in ("received", "written", "steady"):
         got = np.sort(np.frombuffer(read[stage], np.float32))
         stages[f"{stage}_p50_ms"], stages[f"{stage}_p99_ms"] = ((float(percentile(got, q)) * 1e3 for q in (50, 99))
                                                                 if len(got) else (float("nan"),) * 2)
@@ -424,6 +424,8 @@ def report(results: dict[str, dict[str, Any]], ratios: dict[str, float]) -> str:
             lambda m: f"{m['app']['written_p50_ms']:.1f} / {m['app']['written_p99_ms']:.1f}", "")
         row("app: latency log() -> UI thread p50 / p99 (ms)",
             lambda m: f"{m['app']['latency_p50_ms']:.1f} / {m['app']['latency_p99_ms']:.1f}", "")
+        row("app: the same, points logged after the first second (ms)",
+            lambda m: f"{m['app']['steady_p50_ms']:.1f} / {m['app']['steady_p99_ms']:.1f}", "")
         row("app: cores used / per agent (% of a core)",
             lambda m: f"{m['app']['cores']:.2f} / {m['app']['cores_per_agent'] * 100:.2f}", "")
         row("app: CPU ns/point", lambda m: m["app"]["cpu_ns_per_point"], ",.0f")

@@ -127,6 +127,7 @@ class AgentLink:
         heard = started = time.monotonic()
         next_runs = reported = 0.0
         rate: deque[tuple[float, int]] = deque()
+        in_window = 0  # the points in ``rate``: summed as they come and go (a sum per page cost the link's thread)
         pages = feed.follow(after=cursor, idle=self.poll)
         try:
             while not self._stop.is_set() and self._error is None:
@@ -150,10 +151,11 @@ class AgentLink:
                 if page.entries:
                     heard = now
                     rate.append((now, sum(e.n for e in page.entries if e.kind == KIND_METRIC)))
+                    in_window += rate[-1][1]
                     self._note_behind(page.entries)
                 while rate and rate[0][0] < now - RATE_WINDOW:
-                    rate.popleft()
-                changed = self._update(now, heard, started, rate)
+                    in_window -= rate.popleft()[1]
+                changed = self._update(now, heard, started, in_window)
                 if self.on_health is not None and (changed or now - reported >= 1.0):
                     reported = now
                     self.on_health(self.health())
@@ -216,7 +218,7 @@ class AgentLink:
         if newest is not None:
             self._set(behind=max(0.0, time.time() - newest))
 
-    def _update(self, now: float, heard: float, started: float, rate: deque) -> bool:
+    def _update(self, now: float, heard: float, started: float, points: int) -> bool:
         """Recompute state and rate; True when the state changed."""
         silent = now - heard
         old = self.health().state
@@ -225,7 +227,7 @@ class AgentLink:
         else:
             state = "connected" if heard > started else "connecting"
         span = min(RATE_WINDOW, max(now - started, 1e-3))
-        self._set(state=state, silent=silent, points_per_s=sum(n for _, n in rate) / span)
+        self._set(state=state, silent=silent, points_per_s=points / span)
         return state != old
 
     def _set(self, **changes: object) -> None:

@@ -16,8 +16,9 @@ attempt's number appended (``attempt_key``), the first attempt's under the name 
 Why folding waits: a fold rewrites the last block of each of its metrics at every stored level,
 so folding each write cost per metric stream, not per point: an app following 64 agents rewrote
 5,120 block rows a write and fell seconds behind.  So a write only notes, per (agent, run, metric),
-that its entries above ``folded_to`` wait (``tier_tail``); ``fold_due`` folds every waiting stream in
-one pass once the oldest has waited FOLD_SECONDS (or FOLD_POINTS wait), in the writer's transaction.
+that its entries above ``folded_to`` wait (``tier_tail``); once the oldest has waited FOLD_SECONDS (or
+FOLD_POINTS wait), ``fold_due`` folds every stream waiting then, in the writer's transactions, a bounded
+slice per write so no write waits long behind a fold.
 Every read merges the waiting entries into the buckets it reads, inside one read transaction, so a
 view never misses a point nor counts one twice, and a crash loses nothing (the waiting is in the file).
 The rest of a packed entry whose first part was folded already is folded at once.
@@ -34,6 +35,7 @@ follows (``smoothed``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -51,12 +53,23 @@ from pilothouse.wire.packed_chunks import row_points
 
 FOLD_SECONDS = 2.0  # a stream's entries wait this long at most before they are folded
 FOLD_POINTS = 262_144  # or until this many points wait in all streams together (about 6 MB to read)
+FOLD_SLICE = 32  # streams folded at a time, for FOLD_BUDGET seconds a write at most (one slice at least): folding
+FOLD_BUDGET = 0.01  # all at once held a write 40-60 ms each 2 s at 4 agents x 2,000 points/s (bench_load.py --app)
 MIGRATE_ROWS = 2000  # entries folded at a time when a store from before the tiers is opened
 KEYS = ("agent", "run", "metric")
 ALL_STEPS = (-2.0 ** 63, 2.0 ** 63)
 ATTEMPT = "\x1f"  # joins a metric's name and a later attempt's number: no metric name holds it
 Raw = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]  # entry ids -> (steps, vals, times)
 Clip = tuple[float, float] | None  # the steps [lo, hi) a curve keeps of a metric (an attempt's); None: all
+
+
+def _in_snapshot(read: Callable) -> Callable:
+    """A read of ``Tiers`` inside one snapshot (``Tiers.snapshot``): the tiers and the waiting entries of one commit."""
+    @functools.wraps(read)
+    def in_snapshot(self: Tiers, *args: object, **kwargs: object) -> object:
+        with self.snapshot():
+            return read(self, *args, **kwargs)
+    return in_snapshot
 
 
 @dataclass
@@ -91,6 +104,7 @@ class Tiers:
         self._resumes: dict[tuple[str, str], np.ndarray] = {}  # (agent, run) -> when each resume began
         self._version = -1  # the file's data_version the resumes were read at (another connection writes)
         self._waiting = 0  # points this connection wrote since its last fold (a hint: another may have more)
+        self._pass_until: float | None = None  # a fold under way: the streams waiting since then are folded
         self.folds = 0  # how many times this connection folded what waited
         # what waits, as this connection wrote it (key -> its folded_to, entries in arrival order): the fold
         # reads these instead of the file (reading them back cost as much as writing them); what another
@@ -153,14 +167,36 @@ class Tiers:
         return self.db.execute("SELECT 1 FROM tier_tail LIMIT 1").fetchone() is not None
 
     def fold_due(self, force: bool = False) -> bool:
-        """Fold every waiting stream in one pass if the oldest has waited FOLD_SECONDS, FOLD_POINTS
-        wait, or ``force``; whether it folded."""
-        oldest = self.db.execute("SELECT MIN(since) FROM tier_tail").fetchone()[0]
-        if oldest is None or not (force or self._waiting >= FOLD_POINTS or time.time() - oldest >= FOLD_SECONDS):
-            return False
+        """Once the oldest stream waited FOLD_SECONDS (or FOLD_POINTS wait), fold every stream waiting
+        then, oldest first, FOLD_SLICE at a time for FOLD_BUDGET, the rest in the next writes; ``force``:
+        all now.  Whether it folded any."""
+        now = time.time()
+        if force or self._waiting >= FOLD_POINTS:
+            self._pass_until = now
+        elif self._pass_until is None:
+            oldest = self.db.execute("SELECT MIN(since) FROM tier_tail").fetchone()[0]
+            if oldest is None or now - oldest < FOLD_SECONDS:
+                return False
+            self._pass_until = now
+        started = time.perf_counter()
+        folded = False
+        while force or not folded or time.perf_counter() - started < FOLD_BUDGET:
+            due = self.db.execute("SELECT agent, run, metric, folded_to FROM tier_tail WHERE since <= ? "
+                                  "ORDER BY since LIMIT ?", [self._pass_until, FOLD_SLICE]).fetchall()
+            if not due:
+                self._pass_until = None
+                break
+            self._fold_streams(due)
+            folded = True
+        self.folds += folded
+        return folded
+
+    def _fold_streams(self, due: list[tuple[str, str, str, int]]) -> None:
+        """Fold these waiting streams (agent, run, metric, folded_to): from what this connection holds
+        of them, else from the file; they wait no more."""
         stored = []
-        for (agent, run, metric), folded_to in self._waiting_since().items():
-            held = self._held.get((agent, run, metric))
+        for agent, run, metric, folded_to in due:
+            held = self._held.pop((agent, run, metric), None)
             if held is not None and held[0] == folded_to:
                 stored.append((agent, held[1]))
                 continue
@@ -168,12 +204,10 @@ class Tiers:
                                    "WHERE agent=? AND run=? AND kind=? AND metric=? AND id>? ORDER BY id",
                                    [agent, run, KIND_METRIC, metric, folded_to]).fetchall()
             stored.append((agent, [(*e[:6], *row_points(*e[6:9]), e[9]) for e in rows]))
-        self.db.execute("DELETE FROM tier_tail")
-        self._waiting = 0
-        self._held.clear()
+        self.db.conn.executemany("DELETE FROM tier_tail WHERE agent=? AND run=? AND metric=?",
+                                 [key[:3] for key in due])
+        self._waiting = max(0, self._waiting - sum(e[5] for _, entries in stored for e in entries))
         self.fold(stored)
-        self.folds += 1
-        return True
 
     def fold(self, stored: Iterable[tuple[str, Sequence[Sequence]]]) -> None:
         """Fold metric entries of agents, (agent, entries) each, into the tiers now, every metric in one pass."""
@@ -279,7 +313,8 @@ class Tiers:
             rec = self._buckets(key, TOP, *ALL_STEPS)
             return whole(rec if clip is None else self._split(key, rec, TOP, _straddling(clip), raw, clip))
 
-    def _view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int, raw: Raw,
+    @_in_snapshot
+    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int, raw: Raw,
              clip: Clip = None) -> TierView:
         """The points to draw steps x0..x1 on ``pixels`` columns (see ``TierView``), of the steps
         ``clip`` keeps; ``raw`` gives (steps, vals, times) of entry ids, in arrival order, for the
@@ -295,7 +330,8 @@ class Tiers:
             rec["bucket"] = rec["xfirst"] // WIDTHS[level]  # finer records and points: in their bucket of level
         return draw(rec, level, x0, x1, pixels)
 
-    def _time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int, raw: Raw,
+    @_in_snapshot
+    def time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int, raw: Raw,
                   clip: Clip = None) -> TierView:
         """``view`` on a wall-time axis: the points to draw times t0..t1 on ``pixels`` columns.  A
         bucket lasting more than half a column (a pause, a slow stretch: its min or max could not be
@@ -319,32 +355,6 @@ class Tiers:
         _, vals, times = self._raw_points(agent, run, metric, float(rec["xfirst"][0]), float(rec["xlast"][-1]), raw,
                                           clip)
         return _raw_view(times, vals, t0, t1, pixels)
-
-    def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int, raw: Raw,
-             clip: Clip = None) -> TierView:
-        """The points to draw steps x0..x1 on ``pixels`` columns (see ``TierView``), of the steps
-        ``clip`` keeps; ``raw`` gives (steps, vals, times) of entry ids, in arrival order, for the
-        finest zoom and a bucket holding steps either side of a clip's edge."""
-        with self.snapshot():
-            return self._view(agent, run, metric, x0, x1, pixels, raw, clip)
-
-    def time_view(self, agent: str, run: str, metric: str, t0: float, t1: float, pixels: int, raw: Raw,
-                  clip: Clip = None) -> TierView:
-        """``view`` on a wall-time axis: the points to draw times t0..t1 on ``pixels`` columns."""
-        with self.snapshot():
-            return self._time_view(agent, run, metric, t0, t1, pixels, raw, clip)
-
-    def nearest(self, agent: str, run: str, metric: str, xq: float, raw: Raw,
-                clip: Clip = None) -> tuple[float, float] | None:
-        """The stored point (of the steps ``clip`` keeps) whose step is nearest xq (a crosshair readout)."""
-        with self.snapshot():
-            return self._nearest(agent, run, metric, xq, raw, clip)
-
-    def nearest_time(self, agent: str, run: str, metric: str, tq: float, raw: Raw,
-                     clip: Clip = None) -> tuple[float, float] | None:
-        """``nearest`` on a wall-time axis: (time, value) of the stored point nearest time tq."""
-        with self.snapshot():
-            return self._nearest_time(agent, run, metric, tq, raw, clip)
 
     def _split(self, key: tuple, rec: np.ndarray, level: int, pick: Callable[[np.ndarray], np.ndarray],
                raw: Raw, clip: Clip = None) -> np.ndarray:
@@ -392,7 +402,8 @@ class Tiers:
                 return want, (self._buckets(key, want, x0, x1) if want > level else rec)
         return -1, rec
 
-    def _nearest(self, agent: str, run: str, metric: str, xq: float, raw: Raw,
+    @_in_snapshot
+    def nearest(self, agent: str, run: str, metric: str, xq: float, raw: Raw,
                 clip: Clip = None) -> tuple[float, float] | None:
         """The stored point (of the steps ``clip`` keeps) whose step is nearest xq (a crosshair
         readout): among the raw points of the blocks around xq, else among the first and last
@@ -414,7 +425,8 @@ class Tiers:
         i = int(np.argmin(np.abs(steps.astype(np.float64) - xq)))
         return float(steps[i]), float(vals[i])
 
-    def _nearest_time(self, agent: str, run: str, metric: str, tq: float, raw: Raw,
+    @_in_snapshot
+    def nearest_time(self, agent: str, run: str, metric: str, tq: float, raw: Raw,
                      clip: Clip = None) -> tuple[float, float] | None:
         """``nearest`` on a wall-time axis: (time, value) of the stored point nearest time tq, among
         those of its bucket of level 0 that ``clip`` keeps (None if none)."""

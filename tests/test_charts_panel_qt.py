@@ -193,3 +193,29 @@ def test_a_chart_searched_alone_fits_its_x_range_to_its_own_data(qtbot, tmp_path
     panel.charts["reward"].setXRange(100, 200, padding=0)  # zoom one shown chart: the shown others follow
     qtbot.waitUntil(lambda: x_range("loss") == pytest.approx([100, 200]), timeout=5000)
     store.close()
+
+
+def test_a_batch_of_many_new_curves_is_drawn_over_turns_of_the_event_loop_and_none_is_lost(qtbot, tmp_path):
+    """32 runs' first points make 10 charts and 320 curves: drawn TURN_CURVES' worth a turn (a chart
+    counting NEW_CHART), so batches of points in between are not held up; points logged meanwhile
+    for a curve still to be drawn are on it once drawn."""
+    from pilothouse.gui._qt.charts import NEW_CHART, TURN_CURVES
+
+    store = LocalStore(tmp_path / "s.sqlite")
+    runs = [f"r{i}" for i in range(40)]
+    store.put_runs(A, [{"id": r, "project": "p", "name": r, "status": "running", "created": 1.0} for r in runs])
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.show_runs([(A, r) for r in runs], store)
+    metrics = ["loss", "reward", "kl"]
+    page = [chunk(1 + i, m, [0, 1], [0.5, float(i)])._replace(run=r) for i, (r, m) in
+            enumerate((r, m) for m in metrics for r in runs)]
+    panel.add_entries(A, page)
+    assert list(panel.charts) == ["loss"] and len(panel.charts["loss"].curves) == 1 + TURN_CURVES - NEW_CHART
+    panel.add_entries(A, [chunk(500, "kl", [2], [7.0])._replace(run="r39")])  # its curve is not drawn yet
+    qtbot.waitUntil(lambda: sum(len(c.curves) for c in panel.charts.values()) == 120, timeout=5000)
+    assert sorted(grid_order(panel)) == sorted(metrics)  # every chart made is in the grid
+    panel.charts["kl"].flush()
+    xs, ys = panel.charts["kl"].curves["r39"].raw.getData()
+    assert list(xs) == [0, 1, 2] and list(ys) == [0.5, 119.0, 7.0]
+    store.close()

@@ -115,6 +115,34 @@ def test_out_of_order_appends_keep_every_point_sorted():
     assert ys.min() == -79 and ys.max() == 99
 
 
+def test_chunks_joined_when_read_equal_chunks_read_one_by_one_out_of_order_included():
+    """``append`` only queues a chunk (a live curve gets one per batch, is read once a frame): joining
+    them on the next read gives the very points, order of equal x included, pyramid and gap marks."""
+    rng = np.random.default_rng(11)
+    chunks = []
+    for i in range(300):
+        xs = np.sort(rng.integers(0, 4_000, rng.integers(1, 40))).astype(float) if i % 7 == 3 \
+            else np.arange(i * 20, i * 20 + rng.integers(1, 30), dtype=float)  # every 7th resumes from before
+        ys = rng.normal(size=len(xs))
+        ys[rng.random(len(xs)) < 0.02] = np.nan
+        chunks.append((xs, ys + i))  # + i: a tie's order shows in y
+    lazy, eager = Series(), Series()
+    for n, (xs, ys) in enumerate(chunks):
+        lazy.append(xs, ys)
+        eager.append(xs, ys)
+        assert len(eager.x) == len(lazy)  # eager is read after every chunk; lazy's length counts what waits
+        if n == 40:
+            xs[:] = -1.0  # the caller reuses its array: what was appended stands
+    assert lazy._waiting and lazy.generation > 0  # old points moved (caches smooth again)
+    np.testing.assert_array_equal(lazy.x, eager.x)
+    np.testing.assert_array_equal(lazy.y, eager.y)
+    for x0, x1, px in [(0, 6_000, 300), (100, 900, 700), (3_000, 3_100, 20)]:
+        for got, want in zip(lazy.view(x0, x1, px), eager.view(x0, x1, px)):
+            np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(lazy.nonfinite(0, 6_000), eager.nonfinite(0, 6_000))
+    assert lazy.y_range() == eager.y_range() and lazy.nbytes <= eager.nbytes  # fewer, larger extensions
+
+
 def test_nan_and_inf_are_gaps_and_marked():
     x = np.arange(10_000, dtype=float)
     y = np.ones_like(x)

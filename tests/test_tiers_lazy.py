@@ -137,3 +137,32 @@ def test_a_write_rolled_back_leaves_nothing_waiting_for_the_fold(tmp_path, monke
         eager.write_page(A, page, page[-1].id)
     assert views(store, steps) == views(eager, steps)
     assert tier_rows(store) == tier_rows(eager) and tier_rows(store)
+
+
+def test_a_due_fold_goes_a_slice_per_write_and_the_views_hold_every_point_meanwhile(tmp_path, monkeypatch):
+    """A write folds at most FOLD_SLICE streams past FOLD_BUDGET (one slice at least), oldest first: folding
+    every stream of 64 agents at once held a write, and the pages behind it, for hundreds of ms."""
+    monkeypatch.setattr("pilothouse.gui.tiers.FOLD_SLICE", 2)
+    monkeypatch.setattr("pilothouse.gui.tiers.FOLD_BUDGET", 0.0)  # one slice a write
+    rng = np.random.default_rng(8)
+    steps, vals = spiky(rng, 3_000)
+    metrics = [f"m{i}" for i in range(5)]
+    page = [e for i, metric in enumerate(metrics)  # five streams, their entries interleaved by id
+            for e in entries(steps, vals, split(rng, len(steps), 6), first_id=1 + 6 * i, metric=metric)]
+    store, eager = LocalStore(tmp_path / "s.sqlite"), LocalStore(tmp_path / "eager.sqlite")
+    for s in (store, eager):
+        s.write_page(A, page, page[-1].id)
+    eager.fold_tiers()
+
+    def drawn(s: LocalStore) -> list[bytes]:
+        return [s.view(A, "r1", m, float(steps.min()), float(steps.max()), 40).ys.tobytes() for m in metrics]
+
+    now = __import__("time").time()
+    monkeypatch.setattr("pilothouse.gui.tiers.time.time", lambda: now + FOLD_SECONDS + 1)
+    left = []
+    for _ in range(4):
+        store.write_page(A, [], page[-1].id)  # due: each write folds the next slice
+        left.append(store.db.execute("SELECT COUNT(*) FROM tier_tail").fetchone()[0])
+        assert drawn(store) == drawn(eager)  # folded or waiting, every stream's view is whole
+    assert left == [3, 1, 0, 0]
+    assert tier_rows(store) == tier_rows(eager)

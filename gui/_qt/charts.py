@@ -14,6 +14,7 @@ model and draws what it holds.
 from __future__ import annotations
 
 import html
+from collections import deque
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
@@ -48,6 +49,8 @@ COLUMNS = 2
 CHART_HEIGHT = 240
 SEARCH_ROOM = "rollouts/reward/mean"  # the search box is never narrower than this text
 BAND_MS = 1000  # a group's band is recomputed from its runs' points at most this often
+TURN_CURVES = 48  # live curves drawn in one turn of the event loop at most (about 35 ms here), a curve making its
+NEW_CHART = 16  # chart counting as 16: 32 runs' first points made 10 charts and 320 curves in a 330 ms turn
 
 
 class ChartsPanel(QWidget):
@@ -58,6 +61,8 @@ class ChartsPanel(QWidget):
         self.emphasis: RunKey | str | None = None  # hovered in the legend
         self.shown: list[str] = []  # the grid, in order
         self.band_timer = QTimer(self, singleShot=True, interval=BAND_MS, timeout=self._update_bands)
+        self._to_draw: deque[tuple[str, Curve]] = deque()  # live curves of the model not on their charts yet
+        self._draw_timer = QTimer(self, singleShot=True, interval=0, timeout=self._draw_later)
         self.group_box = QComboBox(toolTip="draw each group of runs as its mean with a min/max band")
         self.group_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.group_box.activated.connect(self._group_changed)
@@ -150,7 +155,8 @@ class ChartsPanel(QWidget):
         """An agent answered tiers: the charts drawing them redraw (and may turn out flat)."""
         relayout = False
         for metric in self.model.remote_answered(agent):
-            self.charts[metric].redraw_soon()  # what a pan or zoom asked for: not a live frame to space out
+            if metric in self.charts:  # else drawn when made
+                self.charts[metric].redraw_soon()  # what a pan or zoom asked for: not a live frame to space out
             relayout |= self.model.check_constant(metric)
         if relayout:
             self._layout()
@@ -170,6 +176,7 @@ class ChartsPanel(QWidget):
             chart.deleteLater()
         self.charts = {}
         self.emphasis = None
+        self._to_draw.clear()  # every curve of the model is drawn below
         self._fill_group_box()
         for metric, curves in self.model.curves.items():
             for curve in curves.values():
@@ -182,15 +189,33 @@ class ChartsPanel(QWidget):
         if change.reload:
             self._rebuild()
             return
-        for metric, curve in change.added:
-            self._draw_curve(metric, curve)
-        for metric in change.grew:
+        self._to_draw += change.added
+        made = self._draw_some()
+        for metric in change.grew & set(self.charts):  # a chart still to be made draws its points when made
             self.charts[metric].schedule_redraw()
         if self.model.stale_bands and not self.band_timer.isActive():
             self.band_timer.start()
         if change.marks:
             self._mark()
-        if change.relayout:
+        if change.relayout or made:
+            self._layout()
+
+    def _draw_some(self) -> bool:
+        """Draw the live curves waiting, TURN_CURVES' worth, the rest in the next turns of the event loop
+        (the batches of points in between are not held up); whether a chart was made."""
+        made, budget = False, TURN_CURVES
+        while self._to_draw and budget > 0:
+            metric, curve = self._to_draw.popleft()
+            new = metric not in self.charts
+            self._draw_curve(metric, curve)
+            made |= new
+            budget -= NEW_CHART if new else 1
+        if self._to_draw:
+            self._draw_timer.start()
+        return made
+
+    def _draw_later(self) -> None:
+        if self._draw_some():
             self._layout()
 
     def _fill_group_box(self) -> None:
@@ -260,6 +285,9 @@ class ChartsPanel(QWidget):
 
     def _update_bands(self) -> None:
         """Recompute the bands of groups whose runs got points (on the timer: O(points) each)."""
+        if self._to_draw:  # a group's curve may not be on its chart yet
+            self.band_timer.start()
+            return
         bands, relayout = self.model.update_bands()
         for metric, curve, lo, hi, count in bands:
             self.charts[metric].set_group(curve.name, curve.source, lo, hi, count)
