@@ -36,7 +36,7 @@ from .tiers import FOLD_SECONDS
 T = TypeVar("T")
 BUSY_PAUSE = 0.05  # seconds between tries while another connection of the app holds the store's lock
 INDEX_SECONDS = 0.05  # rollout indexing per transaction at most (the rest waits for the next one)
-PACK_SECONDS = 0.02  # packing after a write at most (the rest after the next one)
+PACK_SECONDS = 0.02  # packing at a time at most (after a write no page waits behind, or while idle)
 WRITE_GAP = 0.02  # seconds from one write to the next: pages that come meanwhile join it (the UI pays per batch)
 
 
