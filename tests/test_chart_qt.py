@@ -41,7 +41,7 @@ def chart(qtbot):
     for lo in range(0, N, 20_000):  # many appends, one coalesced redraw
         widget.append("a", x[lo:lo + 20_000], y[lo:lo + 20_000])
         widget.append("b", x[lo:lo + 20_000], -y[lo:lo + 20_000])
-    qtbot.waitUntil(lambda: widget.curves["a"].raw.xData is not None, timeout=2000)
+    qtbot.waitUntil(lambda: len(widget.curves["a"].raw.getData()[0]) > 0, timeout=2000)  # the coalesced redraw came
     return widget
 
 

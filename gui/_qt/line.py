@@ -1,0 +1,39 @@
+"""A chart's line: pyqtgraph's ``PlotCurveItem``, with the plot's log y done here.
+
+Why not ``PlotDataItem``: it makes a ``ScatterPlotItem`` (symbols) beside every curve and passes
+each frame's points through both; a window charting 128 runs x 10 metrics made 1,280 of them, the
+UI thread's largest cost while a 16-agent job's first points came in (``bench_load.py --app``), at
+0.7 ms a curve where a ``PlotCurveItem`` takes 0.2 ms.  A line needs only the curve: the plot's
+``setLogMode`` reaches it here, and it draws log10 of the values it is given (a value ≤ 0 is a
+gap, as a NaN is), so ``getData`` returns what is drawn, as ``PlotDataItem``'s does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+
+
+class Line(pg.PlotCurveItem):
+    log_y = False  # the plot's log y (``PlotItem.setLogMode`` calls ``setLogMode`` on each of its items)
+    _values: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))  # as given, before any log
+
+    def __init__(self, name: str | None = None, pen: object = "w") -> None:
+        super().__init__(connect="finite", name=name, pen=pen)
+
+    def setLogMode(self, x: bool, y: bool) -> None:  # noqa: N802 (pyqtgraph's name)
+        if bool(y) != self.log_y:
+            self.log_y = bool(y)
+            self.setData(*self._values)
+
+    def updateData(self, *args: object, **kwargs: object) -> None:  # noqa: N802
+        if len(args) == 2:
+            (kwargs["x"], kwargs["y"]), args = args, ()
+        if kwargs.get("y") is not None:
+            x = kwargs.get("x")
+            self._values = (np.arange(len(kwargs["y"]), dtype=float) if x is None else x, kwargs["y"])
+            if self.log_y:
+                y = np.asarray(kwargs["y"], np.float64)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    kwargs["y"] = np.where(y > 0, np.log10(y), np.nan)
+        super().updateData(*args, **kwargs)
