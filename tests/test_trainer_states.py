@@ -266,6 +266,9 @@ def steer(agent: FakeAgentSocket, *commands: dict) -> tuple[pilothouse.Run, thre
     agent.send(message("welcome", run=run.id, rank=0, seq=0))
     for cmd in commands:
         agent.send(cmd)
+    deadline = time.monotonic() + 5.0
+    while len(run._inbox._commands) < len(commands) and time.monotonic() < deadline:
+        time.sleep(0.005)  # all received before the loop's first sync takes them (on a busy machine a stop came alone)
     stopped: list = []
 
     def loop() -> None:
