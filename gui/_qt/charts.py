@@ -189,8 +189,9 @@ class ChartsPanel(QWidget):
         if change.reload:
             self._rebuild()
             return
+        backlog = bool(self._to_draw)  # its timer is due: what comes meanwhile waits its turn behind it
         self._to_draw += change.added
-        made = self._draw_some()
+        made = not backlog and self._draw_some()
         for metric in change.grew & set(self.charts):  # a chart still to be made draws its points when made
             self.charts[metric].schedule_redraw()
         if self.model.stale_bands and not self.band_timer.isActive():
@@ -309,21 +310,25 @@ class ChartsPanel(QWidget):
             self.charts[metric].set_follow(True)
 
     def _layout(self, *_: object) -> None:
-        for chart in self.charts.values():
-            self.grid.removeWidget(chart)
+        """Place the shown charts in the grid and link their x.  Only a chart whose place changed is
+        moved, and only a changed link is set: moving every chart and relinking them all resized and
+        re-ranged each one per layout, 100-200 ms a turn while a job's charts were being made."""
         grid = arrange(self.charts, self.model.pinned or [], self.search.text(), self.model.constant,
                        self.show_constant.isChecked())
         self.shown = grid.shown
-        for i, metric in enumerate(grid.shown):
-            self.grid.addWidget(self.charts[metric], i // COLUMNS, i % COLUMNS)
-            self.charts[metric].show()
-        for metric in set(self.charts) - set(grid.shown):
-            self.charts[metric].hide()
-            self.charts[metric].setXLink(None)
-        for metric in grid.shown[1:]:  # zoom and pan one shown chart, the others follow; a hidden chart's
-            self.charts[metric].setXLink(self.charts[grid.shown[0]])  # longer run no longer sets their range
-        if grid.shown:
-            self.charts[grid.shown[0]].setXLink(None)
+        places = {metric: divmod(i, COLUMNS) for i, metric in enumerate(grid.shown)}
+        for metric, chart in self.charts.items():
+            index = self.grid.indexOf(chart)
+            place = places.get(metric)
+            if (self.grid.getItemPosition(index)[:2] if index >= 0 else None) != place:
+                if index >= 0:
+                    self.grid.removeWidget(chart)
+                if place is not None:
+                    self.grid.addWidget(chart, *place)
+            chart.setVisible(place is not None)
+        lead = self.charts[grid.shown[0]] if grid.shown else None
+        for metric, chart in self.charts.items():  # zoom and pan one shown chart, the others follow; a hidden
+            _link(chart, lead if metric in places and chart is not lead else None)  # chart's run sets no range
         self.folded.setText(folded_text(grid.folded, self.model.constant))
         self.folded.setVisible(bool(grid.folded))
         self.redraw()
@@ -351,3 +356,10 @@ class ChartsPanel(QWidget):
     def _style(self, chart: ChartWidget) -> None:
         chart.set_smoothing(self.smoothing.value() / 100)
         chart.set_log_y(self.log_y.isChecked())
+
+
+def _link(chart: ChartWidget, lead: ChartWidget | None) -> None:
+    """Link the chart's x to the lead chart's (None: unlink), unless it is so already."""
+    want = None if lead is None else lead.getViewBox()
+    if chart.getViewBox().linkedView(pg.ViewBox.XAxis) is not want:
+        chart.setXLink(lead)
