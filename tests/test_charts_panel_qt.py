@@ -213,6 +213,7 @@ def test_a_batch_of_many_new_curves_is_drawn_over_turns_of_the_event_loop_and_no
     panel.add_entries(A, page)
     assert list(panel.charts) == ["loss"] and len(panel.charts["loss"].curves) == 1 + TURN_CURVES - NEW_CHART
     panel.add_entries(A, [chunk(500, "kl", [2], [7.0])._replace(run="r39")])  # its curve is not drawn yet
+    assert sum(len(c.curves) for c in panel.charts.values()) == 1 + TURN_CURVES - NEW_CHART  # a turn's share, not a batch's
     qtbot.waitUntil(lambda: sum(len(c.curves) for c in panel.charts.values()) == 120, timeout=5000)
     assert sorted(grid_order(panel)) == sorted(metrics)  # every chart made is in the grid
     panel.charts["kl"].flush()
