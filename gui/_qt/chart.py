@@ -454,7 +454,11 @@ class ChartWidget(pg.PlotWidget):
             self._setting_range = False
 
     def _place_markers(self, *_: object) -> None:
-        """Non-finite values have no y: tick them along the bottom of the view."""
+        """Non-finite values have no y: tick them along the bottom of the view.  None, as in most frames:
+        nothing to set (an empty scatter item set anew each frame and y range change took 28 of the UI
+        thread's 651 py-spy samples at 4 agents x 2,000 points/s)."""
+        if not len(self._marker_x) and not len(self.markers.data):
+            return
         _, (y0, y1) = self._vb.viewRange()
         y = np.full(len(self._marker_x), y0 + 0.02 * (y1 - y0))
         self.markers.setData(self._marker_x, y)
