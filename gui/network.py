@@ -15,9 +15,8 @@ Health (``Health``):
   neither a page nor a run-list answer, for ``dead_after`` seconds), ``stopped``.
 - ``lag``: seconds from sending the last run-list request to its answer: the round trip
   through the network and the agent's loop, free of clock skew and of whether a trainer is
-  logging.  ``behind``: wall clock now minus the newest received point's wall time, i.e.
-  how far the data shown trails the trainer, as of the last page with points (includes clock
-  skew between hosts, and is large while history is being caught up).
+  logging.  (How far the points shown trail the trainer is measured where they are shown, on
+  the UI thread: ``pilothouse.gui.health_text``.)
 - ``points_per_s``: metric points received per second over the last few seconds.
 """
 
@@ -30,8 +29,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import numpy as np
 
 from pilothouse.client import AgentError, Client
 from pilothouse.security import SecurityError
@@ -54,7 +51,6 @@ class Health:
     url: str
     state: str = "connecting"
     lag: float | None = None
-    behind: float | None = None
     points_per_s: float = 0.0
     silent: float = 0.0  # seconds since anything was heard from the agent
     cursor: int = 0
@@ -152,7 +148,6 @@ class AgentLink:
                     heard = now
                     rate.append((now, sum(e.n for e in page.entries if e.kind == KIND_METRIC)))
                     in_window += rate[-1][1]
-                    self._note_behind(page.entries)
                 while rate and rate[0][0] < now - RATE_WINDOW:
                     in_window -= rate.popleft()[1]
                 changed = self._update(now, heard, started, in_window)
@@ -211,12 +206,6 @@ class AgentLink:
             warning = f"no state from the agent: {exc}"
         self._set(lag=answered - sent, error="", warning=str(warning))
         return runs, answered
-
-    def _note_behind(self, entries: list[Entry]) -> None:
-        newest = max((float(np.frombuffer(e.times, np.float64)[-1]) for e in entries
-                      if e.kind == KIND_METRIC and e.n), default=None)
-        if newest is not None:
-            self._set(behind=max(0.0, time.time() - newest))
 
     def _update(self, now: float, heard: float, started: float, points: int) -> bool:
         """Recompute state and rate; True when the state changed."""

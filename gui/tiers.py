@@ -300,18 +300,18 @@ class Tiers:
         new = new[(new["bucket"] >= np.floor(x0 / width)) & (new["bucket"] <= np.floor(x1 / width))]
         return reduce(join_records([rec, new])) if len(new) else rec
 
+    @_in_snapshot
     def buckets(self, agent: str, run: str, metric: str, level: int, x0: float, x1: float) -> np.ndarray:
         """The filled buckets of ``level`` overlapping steps x0..x1, in step order."""
-        with self.snapshot():
-            return self._buckets((agent, run, metric), level, x0, x1)
+        return self._buckets((agent, run, metric), level, x0, x1)
 
+    @_in_snapshot
     def summary(self, agent: str, run: str, metric: str, clip: Clip = None, raw: Raw | None = None) -> np.ndarray:
         """One record of the whole metric, or of the steps ``clip`` keeps (count, x and y extent,
         non-finite count); empty if none."""
         key = (agent, run, metric)
-        with self.snapshot():
-            rec = self._buckets(key, TOP, *ALL_STEPS)
-            return whole(rec if clip is None else self._split(key, rec, TOP, _straddling(clip), raw, clip))
+        rec = self._buckets(key, TOP, *ALL_STEPS)
+        return whole(rec if clip is None else self._split(key, rec, TOP, _straddling(clip), raw, clip))
 
     @_in_snapshot
     def view(self, agent: str, run: str, metric: str, x0: float, x1: float, pixels: int, raw: Raw,
