@@ -94,11 +94,18 @@ class Timeline:
     def numbers(self, member: RunKey, times: np.ndarray) -> np.ndarray:
         """The attempt number of each point of ``member`` logged at ``times``."""
         starts, numbers = self._starts[member]
+        if len(numbers) == 1:  # a member that never resumed, nearly every live chunk: no search
+            return np.full(len(times), numbers[0])
         return numbers[np.clip(np.searchsorted(starts, times, side="right") - 1, 0, len(numbers) - 1)]
 
     def saw(self, numbers: np.ndarray, steps: np.ndarray) -> bool:
         """Note these points' steps; True when an attempt after the first now begins at another step
         (what earlier points it supersedes changed)."""
+        if len(self.attempts) == 1:  # a run of one attempt: nothing to supersede (the model's live path, per chunk)
+            if len(steps):
+                low, number = int(steps.min()), self.attempts[0].number
+                self.first_steps[number] = min(low, self.first_steps.get(number, low))
+            return False
         moved = False
         for number in np.unique(numbers).tolist():
             low = int(steps[numbers == number].min())
@@ -114,7 +121,7 @@ class Timeline:
 
     def superseded(self, numbers: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """Points at or past the first step of an attempt after theirs."""
-        if not self.first_steps:
+        if len(self.attempts) == 1 or not self.first_steps:
             return np.zeros(len(steps), bool)
         top = max(a.number for a in self.attempts)
         cut = np.array([np.inf if (c := self.cut(n)) is None else c for n in range(top + 2)])

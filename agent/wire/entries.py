@@ -80,18 +80,17 @@ def check_page(entries: Any, cursor: Any) -> Page:
     if type(cursor) is not int or not 0 <= cursor <= INT64_MAX or not isinstance(entries, list):
         raise ProtocolError("a page needs a cursor in [0, 2**63) and a list of entries")
     out = []
-    for e in entries:
+    for e in entries:  # on every page of every link: plain comparisons, no generator per entry
         if not isinstance(e, list) or len(e) != len(ENTRY_FIELDS):
             raise ProtocolError("a journal entry has the wrong shape")
-        entry = Entry(*e)
-        sized = (entry.steps, entry.vals, entry.times)
-        if not (type(entry.id) is int and 0 < entry.id <= (cursor if entry.kind != KIND_METRIC else INT64_MAX)
-                and isinstance(entry.run, str)
-                and entry.kind in KINDS and isinstance(entry.metric, (str, type(None)))
-                and all(type(v) is int and 0 <= v <= INT64_MAX for v in (entry.rank, entry.n))
-                and isinstance(entry.body, (bytes, type(None)))
-                and (all(isinstance(b, bytes) and len(b) == 8 * entry.n for b in sized) if entry.kind == KIND_METRIC
-                     else all(b is None for b in sized))):
+        id_, run, kind, metric, rank, n, steps, vals, times, body = e
+        if not (type(id_) is int and 0 < id_ <= (INT64_MAX if kind == KIND_METRIC else cursor)
+                and isinstance(run, str) and kind in KINDS and (metric is None or isinstance(metric, str))
+                and type(rank) is int and 0 <= rank <= INT64_MAX and type(n) is int and 0 <= n <= INT64_MAX
+                and (body is None or isinstance(body, bytes))
+                and (isinstance(steps, bytes) and isinstance(vals, bytes) and isinstance(times, bytes)
+                     and len(steps) == len(vals) == len(times) == 8 * n if kind == KIND_METRIC
+                     else steps is None and vals is None and times is None)):
             raise ProtocolError(f"malformed journal entry {str(e)[:120]}")
-        out.append(entry)
+        out.append(Entry(*e))
     return Page(out, cursor)
