@@ -82,11 +82,12 @@ def test_history_badges_and_marks_quietly_live_alerts_notify(window, qtbot, tmp_
     assert w.alerts.firing_table.rowCount() == 2 and "2 alerts firing" in w.notices.action.text()
     assert w.statusBar().currentMessage() == ""  # history does not notify
 
+    w.tabs.setCurrentWidget(w.events)  # the run's events are read while the pane is seen
     select(w, "sick")
     qtbot.waitUntil(lambda: {"loss", "kl"} <= set(w.charts.charts), timeout=5000)
     assert lines(w.charts.charts["loss"]) == [(20.0, "⚠ nan-loss"), (39.0, "⚠ silent")]
     assert lines(w.charts.charts["kl"]) == [(39.0, "⚠ silent")]  # a run-level alert marks every chart
-    assert "alert nan-loss firing at step 20: loss is nan" in w.events.toPlainText()  # a sentence
+    qtbot.waitUntil(lambda: "alert nan-loss firing at step 20: loss is nan" in w.events.toPlainText())  # a sentence
 
     live = [event(6, "sick", alert("nan-loss", 20, time.time(), state="cleared")),
             event(7, "calm", alert("flat", 30, time.time()))]
@@ -98,6 +99,15 @@ def test_history_badges_and_marks_quietly_live_alerts_notify(window, qtbot, tmp_
     assert "⚠ flat on p/calm" in w.statusBar().currentMessage()
     assert lines(w.charts.charts["loss"])[-1] == (20.0, "✓ nan-loss")  # the clearing is marked too
     assert "nan-loss cleared" in w.events.toPlainText()  # the shown run's events follow live
+
+    w.tabs.setCurrentWidget(w.charts)  # out of sight, the Events pane is not read again per event
+    hidden = event(8, "sick", alert("nan-loss", 25, time.time()))
+    w.store.write_page(A, [hidden], hidden.id)
+    w.bridge.batch.emit(A, [hidden], None)
+    qtbot.wait(200)  # the window's redraws of the batch ran
+    assert "at step 25" not in w.events.toPlainText()
+    w.tabs.setCurrentWidget(w.events)  # seen again: read at once
+    assert "alert nan-loss firing at step 25" in w.events.toPlainText()
 
 
 def test_rule_form_checks_fields_before_sending(qtbot):

@@ -31,6 +31,7 @@ def test_events_pane_shows_the_clis_sentences_and_the_paused_icon_is_drawn(windo
     run_id = trainer.stdout.readline().strip()
     try:
         w = window([agent_proc.url])
+        w.tabs.setCurrentWidget(w.events)  # live events are read while the pane is seen
         qtbot.waitUntil(lambda: any(w.table_model.row_at(i).run_id == run_id
                                     for i in range(w.table_model.rowCount())), timeout=15000)
         row = next(i for i in range(w.table_model.rowCount()) if w.table_model.row_at(i).run_id == run_id)
@@ -66,6 +67,7 @@ def test_events_of_several_selected_runs_are_merged_in_time_order_and_named(wind
     try:
         ids = [t.stdout.readline().strip() for t in trainers]
         w = window([agent_proc.url])
+        w.tabs.setCurrentWidget(w.events)  # live events are read while the pane is seen
         rows = lambda: {w.table_model.row_at(i).run_id: i for i in range(w.table_model.rowCount())}  # noqa: E731
         qtbot.waitUntil(lambda: set(ids) <= set(rows()), timeout=15000)
         flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows

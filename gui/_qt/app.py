@@ -97,6 +97,7 @@ class MainWindow(QMainWindow):
         self.health: dict[str, Health] = {}
         self.behind: dict[str, float] = {}  # agent url -> how late its last points reached this thread (s)
         self._events_keys: list[RunKey] = []  # the runs the Events pane shows
+        self._events_stale = False  # they logged events since: read again when the pane is seen (``_redraw``)
         self._dirty = True
         self._rows_dirty = True
         self._reorder = False  # the user asked for an order (a header click, a filter): not held
@@ -290,8 +291,9 @@ class MainWindow(QMainWindow):
         charted = self.notices.add(url, entries) & set(self.charts.model.keys)
         if charted:  # only the runs whose alerts changed are marked again
             self.charts.show_alerts({**self.charts.model.alert_markers, **{k: self.notices.markers(k) for k in charted}})
-        if any(e.kind == KIND_EVENT and (url, e.run) in self._events_keys for e in entries):
-            self._show_events(self._events_keys)  # commands, acks, alerts of the shown runs appear live
+        # commands, acks, alerts of the shown runs appear live, in the window's next redraw: the pane reads every
+        # event of the shown runs again, once a burst and only while seen (per batch, 64 runs' events stalled the UI)
+        self._events_stale |= any(e.kind == KIND_EVENT and (url, e.run) in self._events_keys for e in entries)
         self._schedule(rows=runs is not None and rows_changed)
 
     def _on_health(self, health: Health) -> None:
@@ -312,6 +314,8 @@ class MainWindow(QMainWindow):
         if not self._dirty or self._closed:
             return
         self._dirty = False
+        if self._events_stale and self.tabs.currentWidget() is self.events:
+            self._show_events()
         if self.notices.show(self.alerts):
             self._rows_dirty = True  # the badges
         if self._rows_dirty:
@@ -363,7 +367,8 @@ class MainWindow(QMainWindow):
         self.table_model.set_slots(self.charts.model.slots)
         self.rollouts.show_runs(keys, self.store, self.charts.model.slots)
         self.config.show_runs(keys, self.store, self.charts.model.slots)
-        self._show_events(keys)
+        self._events_keys, self._events_stale = list(keys), True
+        self._schedule(rows=False)  # the Events pane reads them if seen, else once shown (``_on_tab``)
 
     def _reselect(self, keys: list[RunKey]) -> None:
         model = self.table.selectionModel()
@@ -377,10 +382,10 @@ class MainWindow(QMainWindow):
         for key in keys:
             self.runs.select(key)
 
-    def _show_events(self, keys: list[RunKey]) -> None:
+    def _show_events(self) -> None:
         """The selected runs' events, merged in time order and led by each run's name (as the
         legends name it) when there are several."""
-        self._events_keys = list(keys)
+        keys, self._events_stale = self._events_keys, False
         events = {key: self.store.events(*key) for key in keys}
         labels = run_labels({key: getattr(self.runs.row(key), "name", "") for key in keys})
         self.events.setPlainText("\n".join(merged_event_lines(events, labels)))
@@ -388,6 +393,8 @@ class MainWindow(QMainWindow):
     # --- alerts ---------------------------------------------------------------------------
 
     def _on_tab(self, _: int) -> None:
+        if self.tabs.currentWidget() is self.events and self._events_stale:
+            self._show_events()
         if self.tabs.currentWidget() is self.alerts:
             self.alerts.refresh_rules()  # rules may have changed from a CLI or another app
 
