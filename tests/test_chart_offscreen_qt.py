@@ -4,12 +4,15 @@ fewer of them, a pan or zoom still at once: the UI thread draws what is seen, at
 
 from __future__ import annotations
 
+import os
 import time
 
-import numpy as np
-from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from pilothouse.gui._qt.chart import ChartWidget
+import numpy as np  # noqa: E402
+from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget  # noqa: E402
+
+from pilothouse.gui._qt.chart import ChartWidget  # noqa: E402
 
 
 def drawn(chart: ChartWidget) -> int:
@@ -78,3 +81,39 @@ def test_a_chart_painting_slowly_on_a_busy_ui_thread_draws_less_often_but_a_pan_
     assert chart._timer.interval() >= 10 * module.DRAW_SHARE  # about 100 ms, not 10
     chart.setXRange(10, 20, padding=0)  # the user zooms
     assert chart._timer.interval() == 10 and chart._timer.isActive()
+
+
+def test_charts_on_a_busy_ui_thread_space_their_frames_by_what_all_of_them_cost(qtbot, monkeypatch):
+    """Behind, every chart waits DRAW_SHARE times what the charts' latest frames cost together: ten
+    charts take the share of the UI thread one would, not ten times it."""
+    import pyqtgraph as pg
+
+    from pilothouse.gui._qt import chart as module
+
+    paint = pg.PlotWidget.paintEvent
+
+    def slow_paint(self, event) -> None:
+        time.sleep(0.01)  # a paint of 10 ms
+        paint(self, event)
+
+    monkeypatch.setattr(pg.PlotWidget, "paintEvent", slow_paint)
+    host = QWidget()
+    column = QVBoxLayout(host)
+    charts = [ChartWidget(redraw_ms=10) for _ in range(3)]
+    for chart in charts:
+        column.addWidget(chart)
+        chart.add_curve("r").append(np.arange(100.0), np.arange(100.0))
+    qtbot.addWidget(host)
+    host.show()
+    qtbot.waitExposed(host)
+    for chart in charts:
+        chart.schedule_redraw()
+    qtbot.wait(150)  # each drawn and painted once
+    time.sleep(0.05)  # the UI thread busy elsewhere: their next redraws come late
+    for chart in charts:
+        chart.schedule_redraw()
+    qtbot.wait(200)
+    monkeypatch.setattr(module, "DRAW_SHARE", 5)  # under SLOWEST_MS: the gap is what the frames cost, times 5
+    own = module.FRAMES._last[id(charts[0])][1]  # its latest frame: its redraw and paint
+    charts[0].schedule_redraw()
+    assert own >= 0.01 and charts[0]._timer.interval() >= 5 * 1000 * (own + 0.02)  # the others' 10 ms paints count

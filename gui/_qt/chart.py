@@ -39,8 +39,30 @@ EMPHASIS_WIDTH = 2.5
 MARKER_COLOR = "#d62728"  # the ticks of non-finite values (a mark, not text)
 MAX_ALERT_LINES = 50  # a flapping rule must not bury the curves: the newest are drawn
 BAND_ALPHA = 60  # a group's min/max band behind its mean curve
-DRAW_SHARE = 15  # behind, live redraws of a chart come this many times what one costs apart (schedule_redraw)
+DRAW_SHARE = 15  # behind, a chart's live redraws come this many times what the charts' frames cost apart
 SLOWEST_MS = 500  # but at least twice a second
+RECENT_S = 1.0  # a chart that drew a frame this recently counts in what the charts' frames cost
+
+
+class FrameCosts:
+    """What the latest frame (redraw and paint) of each chart drawing lately cost, summed: while the UI
+    thread is behind, a chart spaces its live frames by what all of them cost, so ten charts draw their
+    frames in DRAW_SHARE-th of the thread, as one would (each spaced by its own cost, ten charts of 16
+    runs took 40-60 % of it, the largest share of the UI thread at 16 agents x 500 points/s)."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[float, float]] = {}  # id(chart) -> (when, seconds)
+
+    def note(self, chart: object, seconds: float) -> None:
+        self._last[id(chart)] = (time.monotonic(), seconds)
+
+    def total(self) -> float:
+        since = time.monotonic() - RECENT_S
+        self._last = {k: v for k, v in self._last.items() if v[0] >= since}
+        return sum(cost for _, cost in self._last.values())
+
+
+FRAMES = FrameCosts()  # the UI thread's charts (every chart lives on it)
 
 
 @dataclass
@@ -93,7 +115,7 @@ class ChartWidget(pg.PlotWidget):
         self._timer.timeout.connect(self._timed_redraw)
         self._stale = False  # a redraw was skipped while the chart was out of sight
         self._redraw_ms = redraw_ms  # the shortest gap between live redraws (and a pan's or zoom's)
-        self._cost = 0.0  # seconds the last live frame took to redraw and paint
+        self._cost = 0.0  # seconds the last live redraw took, until its paint adds its own (``FRAMES``)
         self._due = 0.0  # when the redraw timer was due to fire
         self._busy = False  # it fired more than a gap late: the UI thread is behind
         self._vb.sigXRangeChanged.connect(self._range_changed)
@@ -242,11 +264,12 @@ class ChartWidget(pg.PlotWidget):
 
     def schedule_redraw(self, *_: object) -> None:
         """Redraw soon.  While the UI thread is behind (the last redraw came more than a gap late),
-        live points wait DRAW_SHARE times what the last frame took to redraw and paint, up to SLOWEST_MS:
-        a chart of 64 curves on a busy thread draws fewer frames rather than keep batches waiting behind
-        them; on time, every gap is the shortest (one run's chart keeps its 30 ms frames)."""
+        live points wait DRAW_SHARE times what the charts' latest frames took to redraw and paint
+        (``FrameCosts``), up to SLOWEST_MS: charts of many runs on a busy thread draw fewer frames rather
+        than keep batches waiting behind them; on time, every gap is the shortest (one run's chart keeps
+        its 30 ms frames)."""
         if not self._timer.isActive():
-            gap = max(self._redraw_ms, min(SLOWEST_MS, round(self._cost * 1000 * DRAW_SHARE))) if self._busy \
+            gap = max(self._redraw_ms, min(SLOWEST_MS, round(FRAMES.total() * 1000 * DRAW_SHARE))) if self._busy \
                 else self._redraw_ms
             self._due = time.perf_counter() + gap / 1000
             self._timer.start(gap)
@@ -290,7 +313,8 @@ class ChartWidget(pg.PlotWidget):
             self.schedule_redraw()
         started = time.perf_counter()
         super().paintEvent(event)
-        self._cost += time.perf_counter() - started
+        FRAMES.note(self, self._cost + time.perf_counter() - started)
+        self._cost = 0.0  # a paint with no redraw before it (a hover, an expose) costs only itself
 
     def flush(self) -> None:
         """Redraw now if a redraw is pending (tests and benchmarks, which cannot wait 30 ms), and fit

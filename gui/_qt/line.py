@@ -20,6 +20,26 @@ class Line(pg.PlotCurveItem):
 
     def __init__(self, name: str | None = None, pen: object = "w") -> None:
         super().__init__(connect="finite", name=name, pen=pen)
+        self._bounds: dict[tuple, tuple] = {}  # dataBounds' answers since the data or pen changed
+
+    def dataBounds(self, ax: int, frac: float = 1.0, orthoRange: object = None) -> tuple:  # noqa: N802, N803
+        """pyqtgraph's, kept per question until the data or pen changes: a frame asks several (the
+        bounding rect's x and y, the y range over the visible x) and its cache keeps one answer per
+        axis, dropped on every view change too, so each frame scanned every curve's points four times."""
+        key = (ax, frac, None if orthoRange is None else (orthoRange[0], orthoRange[1]))
+        got = self._bounds.get(key)
+        if got is None:
+            got = self._bounds[key] = super().dataBounds(ax, frac, orthoRange)
+        return got
+
+    def invalidateBounds(self) -> None:  # noqa: N802 (data, pen, fill: pyqtgraph calls it on each)
+        self._bounds = {}
+        super().invalidateBounds()
+
+    def viewTransformChanged(self) -> None:  # noqa: N802
+        """The view moved or zoomed: the data's bounds hold, only the bounding rect's pixel padding changes."""
+        self._boundingRect = None
+        self.prepareGeometryChange()
 
     def setLogMode(self, x: bool, y: bool) -> None:  # noqa: N802 (pyqtgraph's name)
         if bool(y) != self.log_y:
