@@ -69,6 +69,7 @@ FIRST_BATCH = 64
 BATCH_PAUSE = 0.02
 PART_POINTS = 1 << 20  # points a part of a streamed metric holds (about 24 MB)
 INDEX_TEXT_BYTES = 256 * 1024  # rollout text one indexing transaction takes: about 12 ms
+ROUND_AGENTS = 200  # agents whose pages one round of a write reads and stores together (``_rounds``)
 
 
 def default_path() -> Path:
@@ -235,37 +236,53 @@ class LocalStore:
     def _write_pages(self, pages: Iterable[tuple[str, Sequence[Sequence], int, Iterable[dict] | None]]) -> None:
         with transaction(self.db):
             new, parts = [], []
-            for url, entries, cursor, runs in pages:
-                rows, rests = self._insert(url, entries)
-                new.append((url, rows))
-                parts += [(url, e) for e in rests]
-                self.db.execute("INSERT INTO agents (url, added, cursor, remembered) VALUES (?, ?, ?, 0) "
+            for group in _rounds(list(pages)):
+                rows, rests = self._insert(group)
+                new += rows
+                parts += rests
+                marks = ", ".join(["(?, ?, ?, 0)"] * len(group))
+                self.db.execute(f"INSERT INTO agents (url, added, cursor, remembered) VALUES {marks} "
                                 "ON CONFLICT(url) DO UPDATE SET cursor=MAX(cursor, excluded.cursor)",
-                                [url, time.time(), cursor])
-                if runs is not None:
-                    self._put_runs(url, runs)
+                                [v for url, _, cursor, _ in group for v in (url, time.time(), cursor)])
+                for url, _, _, runs in group:
+                    if runs is not None:
+                        self._put_runs(url, runs)
             self.tiers.add(new, parts)
             self.tiers.fold_due()
 
-    def _insert(self, url: str, entries: Sequence[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
-        """Store one agent's entries in one statement; returns those not stored before (nor dropped
-        for a removed run), and apart the rests of parts stored before, as just their own points.  An id at or below the cursor
-        is a repeat; one above it that is stored already is a packed entry's part, and one given
-        twice here is a part and its rest (joined before they are stored)."""
-        before = self.cursor(url)
-        fresh: dict[int, Sequence] = {}
-        for e in entries:
-            if e[0] > before:
-                got = fresh.get(e[0])
-                fresh[e[0]] = e if got is None else _joined_part(got, e)
-        if not fresh:
-            return [], []
-        held = {i for (i,) in self.db.execute("SELECT id FROM entries WHERE agent=? AND id>?", [url, before])}
-        dropped = {r for (r,) in self.db.execute("SELECT run FROM removed_runs WHERE agent=?", [url])}
-        kept = {i: e for i, e in fresh.items() if e[1] not in dropped}  # a run removed from the app gains nothing
-        rows = [e for i, e in kept.items() if i not in held]
-        insert_rows(self.db.conn, "INSERT OR IGNORE INTO entries", [(url, *e) for e in rows])
-        return rows, [e for i, e in kept.items() if i in held and e[2] == KIND_METRIC and self._append_part(url, e)]
+    def _insert(self, group: Sequence[tuple[str, Sequence[Sequence], int, Any]]
+                ) -> tuple[list[tuple[str, list[Sequence]]], list[tuple[str, Sequence]]]:
+        """Store agents' entries (each agent once) in a few statements, whatever the number of agents:
+        each statement lets go of the GIL and waits for it back (``insert_rows``), and five per agent
+        a write were most of what the writer's thread waited for at 16 agents.  Returns per agent the
+        entries not stored before (nor dropped for a removed run), and apart the rests of parts
+        stored before, as just their own points.  An id at or below the agent's cursor is a repeat;
+        one above it that is stored already is a packed entry's part, and one given twice here is a
+        part and its rest (joined before they are stored)."""
+        urls = [url for url, *_ in group]
+        marks = ", ".join("?" * len(urls))
+        before = dict(self.db.execute(f"SELECT url, cursor FROM agents WHERE url IN ({marks})", urls).fetchall())
+        fresh: dict[str, dict[int, Sequence]] = {}
+        for url, entries, *_ in group:
+            mine = fresh.setdefault(url, {})
+            for e in entries:
+                if e[0] > before.get(url, 0):
+                    got = mine.get(e[0])
+                    mine[e[0]] = e if got is None else _joined_part(got, e)
+        waiting = [url for url in urls if fresh[url]]
+        if not waiting:
+            return [(url, []) for url in urls], []
+        held = set(self.db.execute(" UNION ALL ".join(["SELECT agent, id FROM entries WHERE agent=? AND id>?"]
+                                                      * len(waiting)),
+                                   [v for url in waiting for v in (url, before.get(url, 0))]).fetchall())
+        dropped = set(self.db.execute(f"SELECT agent, run FROM removed_runs WHERE agent IN ({marks})", urls).fetchall())
+        stored, rests = [], []
+        for url in urls:
+            kept = {i: e for i, e in fresh[url].items() if (url, e[1]) not in dropped}  # a removed run gains nothing
+            stored.append((url, [e for i, e in kept.items() if (url, i) not in held]))
+            rests += [(url, e) for i, e in kept.items() if (url, i) in held and e[2] == KIND_METRIC]
+        insert_rows(self.db.conn, "INSERT OR IGNORE INTO entries", [(url, *e) for url, rows in stored for e in rows])
+        return stored, [(url, e) for url, e in rests if self._append_part(url, e)]
 
     def _append_part(self, url: str, e: Sequence) -> bool:
         """The rest of a packed entry this store holds a part of."""
@@ -530,6 +547,20 @@ class LocalStore:
 def _joined(rows: Sequence[Sequence]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(steps, values, wall_times) of metric rows (steps, vals, times, ...), packed ones unpacked."""
     return join_chunks([row_points(*row[:3]) for row in rows])
+
+
+def _rounds(pages: list[tuple[str, Any, Any, Any]]) -> Iterator[list[tuple[str, Any, Any, Any]]]:
+    """Pages in order, cut where an agent comes again (each round names an agent once, so what it
+    reads, cursors and parts held, sees every round before it) and every ROUND_AGENTS agents (one
+    SELECT per agent joined by UNION ALL: SQLite takes 500 at most)."""
+    group: list = []
+    for page in pages:
+        if len(group) == ROUND_AGENTS or any(page[0] == p[0] for p in group):
+            yield group
+            group = []
+        group.append(page)
+    if group:
+        yield group
 
 
 def _joined_part(part: Sequence, rest: Sequence) -> Sequence:

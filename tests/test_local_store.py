@@ -208,3 +208,34 @@ def test_a_runs_events_and_metric_names_are_read_in_steps_that_do_not_grow_with_
     assert store.metrics(A, "r1") == ["kl", "loss", "reward/mean"] and len(store.events(A, "r1")) == 1
     large = [steps(lambda: store.events(A, "r1")), steps(lambda: store.metrics(A, "r1"))]
     assert all(after <= before + 20 for before, after in zip(small, large)), (small, large)  # an index a level deeper
+
+
+def test_many_agents_pages_in_one_write_store_as_written_one_by_one(tmp_path):
+    """The writer joins every agent's pages into one write (a few statements for all agents): the
+    store ends as if each page were written alone, an agent's second page (a packed entry's rest)
+    and a removed run's points included."""
+    C = "tcp://127.0.0.1:7003"
+    part, rest = chunk(4, "r1", "loss", [0, 1], [1.0, 2.0]), chunk(4, "r1", "loss", [2, 3], [3.0, 4.0])
+    pages = [(A, [chunk(3, "r1", "loss", [], []), part], 3, None),
+             (B, [chunk(1, "r1", "kl", [0, 1], [0.1, 0.2]), chunk(2, "gone", "kl", [0], [9.0])], 2,
+              [{"id": "r1", "project": "p", "name": "b", "status": "running", "created": 1.0}]),
+             (C, [], 7, None),
+             (A, [rest, chunk(5, "r1", "loss", [4], [5.0])], 5, None)]
+
+    def stored(store: LocalStore) -> tuple:
+        store.fold_tiers()
+        return ([store.series(u, r, m)[1].tolist() for u, r, m in ((A, "r1", "loss"), (B, "r1", "kl"), (B, "gone", "kl"))],
+                [store.cursor(u) for u in (A, B, C)], [r["id"] for r in store.runs(B)],
+                store.db.execute("SELECT agent, id, n FROM entries ORDER BY agent, id").fetchall(),
+                store.db.execute("SELECT agent, run, metric, level, block, buckets FROM tiers "
+                                 "ORDER BY agent, run, metric, level, block").fetchall())
+
+    stores = [LocalStore(tmp_path / f"{name}.sqlite") for name in ("joined", "alone")]
+    for store in stores:
+        store.remove_runs([(B, "gone")], force=True)
+    stores[0].write_pages(pages)
+    for one in pages:
+        stores[1].write_pages([one])
+    assert stored(stores[0]) == stored(stores[1])
+    assert stored(stores[0])[:3] == ([[1.0, 2.0, 3.0, 4.0, 5.0], [0.1, 0.2], []], [5, 2, 7], ["r1"])
+    assert {row[1] for row in stored(stores[0])[4]} == {"r1"}  # the removed run gained no tiers either
