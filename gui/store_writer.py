@@ -10,9 +10,11 @@ then each link hears what was written, in order.
 One bad page never rolls back anyone else's: a transaction that fails is written again one
 agent at a time, and only the link whose pages fail hears the error.
 
-After each write it packs small metric entries (``store_packing``), a bounded transaction at a time:
-for up to PACK_SECONDS when no page waits, one step when some do (a fold and then 20 ms of packing
-held pages 100-200 ms at 4 agents x 2,000 points/s); with nothing to write it packs what is left.
+After each write it packs small metric entries (``store_packing``), a bounded transaction at a time,
+for up to PACK_SECONDS and only until a page waits; while pages keep waiting, one step each
+PACK_EVERY (a step takes 20-40 ms on a loaded machine: one after every write held pages that long,
+the largest part of the store's p99 at 4 agents x 2,000 points/s); with nothing to write it packs
+what is left.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ T = TypeVar("T")
 BUSY_PAUSE = 0.05  # seconds between tries while another connection of the app holds the store's lock
 INDEX_SECONDS = 0.05  # rollout indexing per transaction at most (the rest waits for the next one)
 PACK_SECONDS = 0.02  # packing at a time at most (after a write no page waits behind, or while idle)
+PACK_EVERY = 1.0  # seconds between packing steps at most while pages keep waiting (a step packs 2,048 entries)
 WRITE_GAP = 0.02  # seconds from one write to the next: pages that come meanwhile join it (the UI pays per batch)
 
 
@@ -130,6 +133,7 @@ class StoreWriter:
         self._unfolded: list[tuple[str, list[Entry]]] = []  # written, not yet folded: the packer hears of them after
         self._folds = 0  # the store's fold count when the packer last heard
         self._refused = False  # the store refused a packing step (a full disk): none until the next write
+        self._packed = 0.0  # when the last packing ended
         indexing = True  # rollouts may wait to be indexed (a store written before, or a link stopped midway)
         stop = False
         written = 0.0  # when the last transaction ended
@@ -205,7 +209,8 @@ class StoreWriter:
             except Exception as exc:  # its callback failed (a bug in what it feeds): that link ends, not the others
                 w.link.failed(exc)
             self._unfolded.append((w.url, w.entries))
-        self._pack(PACK_SECONDS if self._jobs.empty() else 0.0)
+        if self._jobs.empty() or time.monotonic() - self._packed >= PACK_EVERY:
+            self._pack(PACK_SECONDS)
         return indexing
 
     def _idle(self, store: LocalStore) -> None:
@@ -219,9 +224,9 @@ class StoreWriter:
         self._pack(PACK_SECONDS)
 
     def _pack(self, seconds: float) -> None:
-        """Pack for up to ``seconds`` (one step at least), the entries folded into the tiers only
-        (``LocalStore.pack_upto``).  A step the store refuses (a full disk) is undone and packing waits
-        for the next write: the pages just written stand, and no link hears of it."""
+        """Pack for up to ``seconds`` (one step at least) or until a page waits, the entries folded into
+        the tiers only (``LocalStore.pack_upto``).  A step the store refuses (a full disk) is undone and
+        packing waits for the next write: the pages just written stand, and no link hears of it."""
         if self._packer.store.tiers.folds != self._folds:  # what waited is folded now: worth packing
             self._folds = self._packer.store.tiers.folds
             for url, entries in self._unfolded:
@@ -232,10 +237,11 @@ class StoreWriter:
         try:
             while self._packer.pending():
                 self._retry(self._packer.step, jobs=[])
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or not self._jobs.empty():
                     break
         except sqlite3.Error:
             self._refused = True
+        self._packed = time.monotonic()
 
     def _retry(self, fn: Callable[..., T], *args: Any, jobs: list) -> T:
         """``fn(*args)`` once the store's lock is free: another connection of the app (the UI's)

@@ -53,8 +53,8 @@ from pilothouse.wire.packed_chunks import row_points
 
 FOLD_SECONDS = 2.0  # a stream's entries wait this long at most before they are folded
 FOLD_POINTS = 262_144  # or until this many points wait in all streams together (about 6 MB to read)
-FOLD_SLICE = 32  # streams folded at a time, for FOLD_BUDGET seconds a write at most (one slice at least): folding
-FOLD_BUDGET = 0.01  # all at once held a write 40-60 ms each 2 s at 4 agents x 2,000 points/s (bench_load.py --app)
+FOLD_SLICE = 8  # streams folded at a time, for FOLD_BUDGET seconds a write at most (one slice at least): folding all
+FOLD_BUDGET = 0.01  # or 32 at once held a write 30-60 ms each 2 s at 4 agents x 2,000 points/s (bench_load.py --app)
 MIGRATE_ROWS = 2000  # entries folded at a time when a store from before the tiers is opened
 KEYS = ("agent", "run", "metric")
 ALL_STEPS = (-2.0 ** 63, 2.0 ** 63)
