@@ -190,11 +190,11 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
     tallies = {(run, m): Tally() for run in runs for m in names}
     latencies: list[np.ndarray] = []
     steady: list[np.ndarray] = []  # those of points logged WARMUP_SECONDS after the first: the charts are made
-    seen = {"points": 0, "first": 0.0, "last": 0.0, "first_log": 0.0}
+    seen = {"points": 0, "first": 0.0, "last": 0.0, "first_log": 0.0, "tally_s": 0.0}  # tally_s: this slot's own CPU
     window = MainWindow(Path(os.environ["XDG_CONFIG_HOME"]) / "store.sqlite", [url for url, _ in targets])
 
     def on_batch(url: str, entries: list, _runs: object) -> None:
-        now = time.time()
+        now, cpu = time.time(), time.thread_time()
         for e in entries:
             if e.kind != "m" or e.run not in runs or e.metric not in names:
                 continue
@@ -207,6 +207,7 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
                 latencies.append((now - times).astype(np.float32))
                 seen["first_log"] = seen["first_log"] or float(times.min())
                 steady.append(latencies[-1][times >= seen["first_log"] + WARMUP_SECONDS])
+        seen["tally_s"] += time.thread_time() - cpu
 
     window.resize(1400, 900)
     window.show()  # as a user's: the charts in sight are drawn, the others when scrolled to
@@ -256,6 +257,7 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
     lat = np.concatenate(latencies) if latencies else np.empty(0, np.float32)
     conn.send({"points": seen["points"], "t_first_point": seen["first"], "t_last_point": seen["last"],
                "latencies": lat.tobytes(), "problems": problems, "thread_cpu_s": thread_cpu(cpu0),
+               "tally_cpu_s": seen["tally_s"],
                "steady": np.concatenate(steady or [np.empty(0, np.float32)]).tobytes(),
                "pans": np.array(pans.took, np.float32).tobytes(),
                **{stage: np.concatenate(got or [np.empty(0, np.float32)]).tobytes() for stage, got in stages.items()}})

@@ -292,6 +292,7 @@ def summarize_app(read: dict, args: argparse.Namespace, steps: int, t_go: float,
             "latency_max_ms": float(lat[-1]) * 1e3 if len(lat) else float("nan"),
             "cores": role["cores"], "cores_per_agent": role["cores"] / args.agents,
             "cpu_ns_per_point": role["cpu_s"] / max(read["points"], 1) * 1e9,
+            "tally_ns_per_point": read["tally_cpu_s"] / max(read["points"], 1) * 1e9,
             **{f"{part}_ns_per_point": s / max(read["points"], 1) * 1e9 for part, s in read["thread_cpu_s"].items()},
             "peak_rss_mb": role["peak_rss_mb_sum"], "peak_rss_mb_per_agent": role["peak_rss_mb_sum"] / args.agents,
             "lossless": not read["problems"] and read["points"] == expected, "problems": read["problems"][:20]}
@@ -429,6 +430,8 @@ def report(results: dict[str, dict[str, Any]], ratios: dict[str, float]) -> str:
         row("app: cores used / per agent (% of a core)",
             lambda m: f"{m['app']['cores']:.2f} / {m['app']['cores_per_agent'] * 100:.2f}", "")
         row("app: CPU ns/point", lambda m: m["app"]["cpu_ns_per_point"], ",.0f")
+        row("app: CPU ns/point less this benchmark's own tally (on its UI thread)",
+            lambda m: m["app"]["cpu_ns_per_point"] - m["app"]["tally_ns_per_point"], ",.0f")
         row("app: a pan of the first chart -> redrawn, p50 / p99 (ms)",
             lambda m: f"{m['app']['pan_p50_ms']:.0f} / {m['app']['pan_p99_ms']:.0f} ({m['app']['pans']} pans)", "")
         row("app: CPU ns/point on the UI / store writer / link threads / other",
