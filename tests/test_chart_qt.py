@@ -12,6 +12,9 @@ import pytest
 pytest.importorskip("pytestqt")
 pg = pytest.importorskip("pyqtgraph")
 
+from PySide6.QtCore import QEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
 from pilothouse.gui._qt.chart import DIM_FACTOR, EMPHASIS_WIDTH, ChartWidget  # noqa: E402
 from pilothouse.gui.lod import Series  # noqa: E402
 from pilothouse.gui.palette import PALETTE  # noqa: E402
@@ -143,10 +146,14 @@ def test_zoom_stops_following_until_asked(chart, qtbot):
     assert vb.viewRange()[0][1] == N + 999
 
 
-def test_mouse_move_shows_the_readout(chart):
+def test_mouse_move_shows_the_readout_and_leaving_hides_it(chart):
     vb = chart.getPlotItem().getViewBox()
+    assert not chart.readout_label.isVisible()
     chart.scene().sigMouseMoved.emit(vb.sceneBoundingRect().center())
     assert chart.readout_label.toPlainText().startswith("x = ")
+    assert chart.readout_label.isVisible() and chart._vline.isVisible()
+    QApplication.sendEvent(chart, QEvent(QEvent.Type.Leave))
+    assert not chart.readout_label.isVisible() and not chart._vline.isVisible()
 
 
 

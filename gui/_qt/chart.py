@@ -128,6 +128,7 @@ class ChartWidget(pg.PlotWidget):
         self._vline = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888", style=QtCore.Qt.PenStyle.DashLine))
         self._vline.hide()  # until the pointer is over the plot: a dashed line at x=0 reads as data
         self.readout_label = pg.TextItem(anchor=(0, 0))
+        self.readout_label.hide()  # with the line: a visible label moved itself on every range change (each frame)
         plot.addItem(self._vline, ignoreBounds=True)
         plot.addItem(self.readout_label, ignoreBounds=True)
         self.hidden_label = pg.TextItem(anchor=(1, 1))  # on log y: how many points ≤ 0 it cannot draw
@@ -518,6 +519,13 @@ class ChartWidget(pg.PlotWidget):
         self.readout_label.setText(self.readout(x))
         (x0, _), (_, y1) = self._vb.viewRange()
         self.readout_label.setPos(x0, y1)
+        self.readout_label.show()
+
+    def leaveEvent(self, event: QtCore.QEvent) -> None:  # noqa: N802 (Qt's name)
+        """The pointer left the chart: its line and readout go with it (left behind, they read as data)."""
+        self._vline.hide()
+        self.readout_label.hide()
+        super().leaveEvent(event)
 
 
 def _ema(series: CurveSource, alpha: float) -> Ema | TierEma | None:
