@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import psutil
-from _common import ROOT, free_port, median, percentile, table, write_result
+from _common import ROOT, free_ports, median, percentile, table, write_result
 from _load_roles import READY_SECONDS, STALL_SECONDS, app_main, reader_main, trainer_main
 
 from pilothouse.client import reachable
@@ -57,8 +57,8 @@ class Agents:
     """N ``pilothouse agent`` subprocesses, started together, each with its own port and data dir."""
 
     def __init__(self, n: int, root: Path, keys_dir: Path | None):
-        self.bind = [f"tcp://127.0.0.1:{free_port()}" for _ in range(n)]
-        self.listen = [f"tcp://127.0.0.1:{free_port()}" for _ in range(n)] if keys_dir else []
+        ports = [f"tcp://127.0.0.1:{port}" for port in free_ports(2 * n if keys_dir else n)]
+        self.bind, self.listen = ports[:n], ports[n:]
         self.root = root
         self.keys_dir = keys_dir
         self.procs: list[subprocess.Popen] = []
