@@ -50,7 +50,8 @@ CHART_HEIGHT = 240
 SEARCH_ROOM = "rollouts/reward/mean"  # the search box is never narrower than this text
 BAND_MS = 1000  # a group's band is recomputed from its runs' points at most this often
 TURN_CURVES = 48  # live curves drawn in one turn of the event loop at most (about 35 ms here), a curve making its
-NEW_CHART = 16  # chart counting as 16: 32 runs' first points made 10 charts and 320 curves in a 330 ms turn
+NEW_CHART = 48  # chart counting as a turn's (a chart takes 11 ms): 32 runs' first points made 10 charts and 320
+# curves in a 330 ms turn; three charts a turn kept the first second's points 20-40 ms longer (4 x 2,000 p99)
 
 
 class ChartsPanel(QWidget):
