@@ -156,11 +156,13 @@ def test_the_main_window_opens_a_run_it_never_saw_from_the_agents_tiers_then_fro
         w = window([agent.url])  # an empty store: the window's link follows the journal from its start
         w.resize(1400, 2800)  # every chart (9 rows) in sight: a chart scrolled out of view is drawn once scrolled to
         w.charts.model.remote_gap = 1  # drawn from the agent until the store holds every point (the app waits for 1 M)
-        # the run opened on its own, from the agent's tiers; the link stops storing at once while they are
-        # checked: storing 1.8 M points races the drawing (a fast store filled before the charts were drawn,
-        # or before a pan's answer was), and the store's points are checked after
-        qtbot.waitUntil(lambda: w.charts.model.remote_keys == {(agent.url, run)}, timeout=30_000)
+        # the link stops storing as soon as the run is listed, while the agent's tiers are checked: storing
+        # 1.8 M points races the drawing (a fast store filled before the charts were drawn, or before a pan's
+        # answer was, even when the link stopped once the run had opened), and the store's points are
+        # checked after; the run then opens on its own, from the agent's tiers
+        qtbot.waitUntil(lambda: w.runs.row((agent.url, run)) is not None, timeout=30_000)
         w.links.stop()
+        qtbot.waitUntil(lambda: w.charts.model.remote_keys == {(agent.url, run)}, timeout=30_000)
         qtbot.waitUntil(lambda: sorted(w.charts.charts) == NAMES, timeout=30_000)
         assert w.charts.model.remote_keys == {(agent.url, run)}
 
