@@ -554,11 +554,13 @@ def _rounds(pages: list[tuple[str, Any, Any, Any]]) -> Iterator[list[tuple[str, 
     reads, cursors and parts held, sees every round before it) and every ROUND_AGENTS agents (one
     SELECT per agent joined by UNION ALL: SQLite takes 500 at most)."""
     group: list = []
+    named: set[str] = set()
     for page in pages:
-        if len(group) == ROUND_AGENTS or any(page[0] == p[0] for p in group):
+        if len(group) == ROUND_AGENTS or page[0] in named:
             yield group
-            group = []
+            group, named = [], set()
         group.append(page)
+        named.add(page[0])
     if group:
         yield group
 

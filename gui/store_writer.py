@@ -148,7 +148,7 @@ class StoreWriter:
                     self._idle(store)  # no page for a while (a run ended, only calls): what waits is folded
                 if not jobs:
                     if packing:
-                        self._pack(PACK_SECONDS)  # nothing to write: packing has the time
+                        self._pack()  # nothing to write: packing has the time
                     continue
                 if isinstance(jobs[0], Write):  # pages that come meanwhile join this write
                     time.sleep(max(0.0, written + WRITE_GAP - time.monotonic()))
@@ -210,7 +210,7 @@ class StoreWriter:
                 w.link.failed(exc)
             self._unfolded.append((w.url, w.entries))
         if self._jobs.empty() or time.monotonic() - self._packed >= PACK_EVERY:
-            self._pack(PACK_SECONDS)
+            self._pack()
         return indexing
 
     def _idle(self, store: LocalStore) -> None:
@@ -221,10 +221,10 @@ class StoreWriter:
             self._retry(store.fold_tiers, jobs=[])
         except sqlite3.Error:
             return
-        self._pack(PACK_SECONDS)
+        self._pack()
 
-    def _pack(self, seconds: float) -> None:
-        """Pack for up to ``seconds`` (one step at least) or until a page waits, the entries folded into
+    def _pack(self) -> None:
+        """Pack for up to PACK_SECONDS (one step at least) or until a page waits, the entries folded into
         the tiers only (``LocalStore.pack_upto``).  A step the store refuses (a full disk) is undone and
         packing waits for the next write: the pages just written stand, and no link hears of it."""
         if self._packer.store.tiers.folds != self._folds:  # what waited is folded now: worth packing
@@ -232,7 +232,7 @@ class StoreWriter:
             for url, entries in self._unfolded:
                 self._packer.added(url, entries)
             self._unfolded = []
-        deadline = time.monotonic() + seconds
+        deadline = time.monotonic() + PACK_SECONDS
         self._refused = False
         try:
             while self._packer.pending():

@@ -314,8 +314,7 @@ class MainWindow(QMainWindow):
         if not self._dirty or self._closed:
             return
         self._dirty = False
-        if self._events_stale and self.tabs.currentWidget() is self.events:
-            self._show_events()
+        self._events_if_seen()
         if self.notices.show(self.alerts):
             self._rows_dirty = True  # the badges
         if self._rows_dirty:
@@ -368,7 +367,7 @@ class MainWindow(QMainWindow):
         self.rollouts.show_runs(keys, self.store, self.charts.model.slots)
         self.config.show_runs(keys, self.store, self.charts.model.slots)
         self._events_keys, self._events_stale = list(keys), True
-        self._schedule(rows=False)  # the Events pane reads them if seen, else once shown (``_on_tab``)
+        self._schedule(rows=False)  # the Events pane reads them if seen, else once shown (``_events_if_seen``)
 
     def _reselect(self, keys: list[RunKey]) -> None:
         model = self.table.selectionModel()
@@ -382,6 +381,11 @@ class MainWindow(QMainWindow):
         for key in keys:
             self.runs.select(key)
 
+    def _events_if_seen(self) -> None:
+        """The Events pane reads the shown runs' events again if they logged some since and it is seen."""
+        if self._events_stale and self.tabs.currentWidget() is self.events:
+            self._show_events()
+
     def _show_events(self) -> None:
         """The selected runs' events, merged in time order and led by each run's name (as the
         legends name it) when there are several."""
@@ -393,8 +397,7 @@ class MainWindow(QMainWindow):
     # --- alerts ---------------------------------------------------------------------------
 
     def _on_tab(self, _: int) -> None:
-        if self.tabs.currentWidget() is self.events and self._events_stale:
-            self._show_events()
+        self._events_if_seen()
         if self.tabs.currentWidget() is self.alerts:
             self.alerts.refresh_rules()  # rules may have changed from a CLI or another app
 
