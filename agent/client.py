@@ -107,10 +107,10 @@ class Client:
             self._failed.add(zmq.utils.monitor.parse_monitor_message(self._monitor.recv_multipart())["event"])
         return self._failed
 
-    def _unavailable(self) -> AgentUnavailable:
+    def unavailable(self) -> AgentUnavailable:
         """Why no answer came: a refused or failed CURVE handshake says so, a program that is not ZeroMQ
         holding the port too (else "start one" sends the user to an agent that cannot bind it);
-        anything else is silence."""
+        anything else is silence.  The next call starts on a fresh socket."""
         events = set(self._handshakes())
         self._reset()
         if zmq.EVENT_HANDSHAKE_FAILED_AUTH in events:
@@ -140,41 +140,61 @@ class Client:
     def request(self, op: str, *, held: float = 0.0, **args: Any) -> Any:
         """One query and its answer; ``held``: seconds the agent may hold the answer on purpose,
         added to the timeout."""
-        req_id = next(self._ids)
-        sock = self._socket()
         deadline = time.monotonic() + self.timeout + held
-        sent = False
+        req_id = None
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or zmq.EVENT_HANDSHAKE_FAILED_AUTH in self._handshakes():  # a refused key: said at once
-                raise self._unavailable()
-            if not sent:
-                try:
-                    sock.send(pack(message("q", id=req_id, op=op, args=args)), zmq.NOBLOCK)
-                    sent = True
-                except zmq.Again:  # not connected yet
+            if left <= 0 or self.refused():  # a refused key: said at once
+                raise self.unavailable()
+            if req_id is None:
+                req_id = self.send(op, **args)
+                if req_id is None:  # not connected yet
                     time.sleep(min(0.01, left))
                     continue
-            if not sock.poll(int(min(left, 0.1) * 1000) + 1, zmq.POLLIN):
-                continue
+            if self._socket().poll(int(min(left, 0.1) * 1000) + 1, zmq.POLLIN):
+                done, data = self.answer(req_id)
+                if done:
+                    return data
+
+    # the two halves of ``request`` for a caller that waits on many sockets at once (``zmq.select`` on
+    # ``socket``; the app's links): neither blocks
+
+    @property
+    def socket(self) -> zmq.Socket:
+        """The socket answers come on (made on first use; a fresh one after ``unavailable``)."""
+        return self._socket()
+
+    def send(self, op: str, **args: Any) -> int | None:
+        """Send a query; its id, or None when the socket is not connected yet (send it again later)."""
+        req_id = next(self._ids)
+        try:
+            self._socket().send(pack(message("q", id=req_id, op=op, args=args)), zmq.NOBLOCK)
+        except zmq.Again:
+            return None
+        return req_id
+
+    def answer(self, req_id: int) -> tuple[bool, Any]:
+        """Take the messages waiting on the socket until the answer to ``req_id``: (True, its data),
+        or (False, None) when it has not come yet; an error the agent sent for it is raised."""
+        sock = self._socket()
+        while sock.poll(0, zmq.POLLIN):
             msg = _decode(sock.recv())
             if msg.get("t") == "err" and msg.get("id") in (req_id, None):
                 text = msg.get("msg")
                 raise AgentError(text[:2000] if isinstance(text, str) else "the agent sent a malformed error")
             if msg.get("t") == "r" and msg.get("id") == req_id:
-                return msg.get("data")
+                return True, msg.get("data")
+        return False, None
+
+    def refused(self) -> bool:
+        """Whether the agent turned this client's key away (its CURVE handshake failed on authentication)."""
+        return zmq.EVENT_HANDSHAKE_FAILED_AUTH in self._handshakes()
 
     def ping(self) -> dict:
-        data = self.request("ping")
-        if not isinstance(data, dict) or not isinstance(data.get("journal", ""), (str, type(None))):
-            raise ProtocolError("the agent's ping answer is malformed")
-        return data
+        return check_ping(self.request("ping"))
 
     def runs(self) -> list[dict]:
-        data = self.request("runs")
-        if not isinstance(data, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in data):
-            raise ProtocolError("the agent's run list is malformed")
-        return data
+        return check_runs(self.request("runs"))
 
     def resolve(self, ref: str) -> str:
         return self.request("resolve", ref=ref)
@@ -430,6 +450,20 @@ class Client:
         journal = msg.get("journal")
         page.journal = journal if isinstance(journal, str) and 0 < len(journal) <= 64 else None
         return True, page
+
+
+def check_ping(data: Any) -> dict:
+    """An agent's ping answer (its state), checked."""
+    if not isinstance(data, dict) or not isinstance(data.get("journal", ""), (str, type(None))):
+        raise ProtocolError("the agent's ping answer is malformed")
+    return data
+
+
+def check_runs(data: Any) -> list[dict]:
+    """An agent's run list, checked."""
+    if not isinstance(data, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in data):
+        raise ProtocolError("the agent's run list is malformed")
+    return data
 
 
 def claimed_sender(who: dict[str, str] | None = None) -> dict[str, str]:

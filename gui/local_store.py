@@ -214,7 +214,7 @@ class LocalStore:
         row = self.db.execute("SELECT cursor FROM agents WHERE url=?", [url]).fetchone()
         return row[0] if row else 0
 
-    # --- writing (a link's thread) -------------------------------------------------------
+    # --- writing (the store writer's thread) -------------------------------------------------------
 
     def write_page(self, url: str, entries: Sequence[Sequence], cursor: int,
                    runs: Iterable[dict] | None = None) -> None:

@@ -1,7 +1,8 @@
-"""Links to agents: one background thread per agent owns its sockets.
+"""Links to agents: one background thread (``link_hub``) owns every agent's sockets.
 
-Why threads: ZeroMQ sockets must stay on the thread that made them, and network I/O must never
-run on the Qt thread.  A link follows its agent's journal from the cursor kept in the local
+Why a thread: ZeroMQ sockets must stay on the thread that made them, and network I/O must never
+run on the Qt thread; one for all agents, since a thread each made 64 agents fight the UI thread for
+the GIL.  A link follows its agent's journal from the cursor kept in the local
 store (history, then live), refreshes the run list about once a second, and hands both to the
 store's one writing thread (``store_writer``), which writes them and then calls
 ``on_batch(url, entries, runs)`` on its own thread (``runs`` is None in a turn where the run
@@ -22,20 +23,23 @@ Health (``Health``):
 
 from __future__ import annotations
 
-import contextlib
+import math
 import threading
-import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pilothouse.client import AgentError, Client
+import zmq
+
+from pilothouse.client import AgentError, Client, check_ping, check_runs
 from pilothouse.security import SecurityError
-from pilothouse.wire.entries import KIND_METRIC, Entry
+from pilothouse.wire.entries import KIND_METRIC, Entry, Page
 from pilothouse.wire.messages import MAX_PAGE_POINTS, ProtocolError
 from pilothouse.wire.urls import check_url
 
+from .link_hub import LinkHub
 from .local_store import LocalStore
 from .store_writer import StoreWriter, Write
 
@@ -45,6 +49,7 @@ HealthCallback = Callable[["Health"], None]
 RATE_WINDOW = 5.0  # seconds over which points_per_s is averaged
 STATE_EVERY = 5  # the agent's own state (a full disk, a damaged journal) is asked with every fifth run list: a
 # second request per agent each second was a third of what 64 link threads did (bench_load.py --app)
+RESEND = 0.01  # seconds between tries to send a query while the agent is not connected
 MAX_UNWRITTEN = 2 * MAX_PAGE_POINTS  # points a link hands the writer before it waits for them to be written
 
 
@@ -62,7 +67,9 @@ class Health:
 
 
 class AgentLink:
-    """Follows one agent on a background thread; see the module docstring."""
+    """Follows one agent; see the module docstring.  Its sockets live on the links' one thread
+    (``link_hub``), which calls ``open``, ``step`` and ``close``; the store's writer calls ``written``,
+    ``failed`` and ``busy``; the rest is for any thread."""
 
     def __init__(self, url: str, store_path: str | Path | None = None, *,
                  on_batch: BatchCallback | None = None, on_health: HealthCallback | None = None,
@@ -73,120 +80,236 @@ class AgentLink:
         self.on_health = on_health
         self.dead_after = dead_after
         self.runs_every = runs_every
-        self.poll = poll  # longest block in a socket call: bounds how fast stop() returns
+        self.poll = poll  # seconds between idle pages (and the run list's timeout, twice this)
         self._health = Health(self.url)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._written = threading.Condition()  # the writer took this link's pages off its hands
-        self._unwritten = 0  # points handed to the writer, not yet written
+        self._started = False
+        self._ended = threading.Event()  # closed, its pages written: ``stop`` waits for this
+        self._unwritten = 0  # points handed to the writer, not yet written (credit flow: ``reading``)
         self._error: Exception | None = None  # the writer could not write this link's pages
         self._lists = 0  # run lists answered: the agent's state is asked with every STATE_EVERY-th
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._main, name=f"link {self.url}", daemon=True)
-            self._thread.start()
+        if not self._started:
+            self._started = True
+            LinkHub.add(self)
 
     def stop(self, wait: bool = True) -> None:
-        """Ask the thread to end; with ``wait``, join it (well under a second)."""
+        """Ask the link to end; with ``wait``, until its pages are written (well under a second)."""
         self._stop.set()
-        if wait and self._thread is not None:
-            self._thread.join(self.poll * 5 + 1.0)
+        LinkHub.wake()
+        if wait and self._started:
+            self._ended.wait(self.poll * 5 + 1.0)
+
+    def running(self) -> bool:
+        """Started and not ended (stopped, or ended by an error its health says)."""
+        return self._started and not self._ended.is_set()
 
     def health(self) -> Health:
         with self._lock:
             return self._health
 
-    # --- the link's thread ------------------------------------------------------------------
+    # --- on the links' thread (``link_hub``) ----------------------------------------------------
 
-    def _main(self) -> None:
-        writer = StoreWriter.acquire(self.store_path)
-        try:
-            with contextlib.ExitStack() as stack:
-                feed = stack.enter_context(Client(self.url))  # own socket: request() would eat stream data
-                ask = stack.enter_context(Client(self.url, timeout=self.poll * 2))
-                self._follow(writer, feed, ask)
-        except SecurityError as exc:  # no key for this agent, or an exposed one: the health says what to run
-            self._set(error=str(exc))
-        except Exception as exc:  # a bug or a broken store: say so in the health, never die silently
-            self._set(error=f"{type(exc).__name__}: {exc}")
-            raise
-        finally:
-            with contextlib.suppress(Exception):  # a broken store said so already
-                writer.call(lambda store: None)  # this link's pages written (or failed) before it ends
-            writer.release()
-            self._set(state="stopped")
-            if self.on_health is not None:
-                self.on_health(self.health())
-
-    def _follow(self, writer: StoreWriter, feed: Client, ask: Client) -> None:
+    def open(self, now: float) -> None:
+        self._writer = StoreWriter.acquire(self.store_path)
+        self._feed: Client | None = None
+        self._ask: Client | None = None
+        self._pages: Iterator[Page] | None = None
+        self._feed = Client(self.url)  # own socket: an answer would be taken for stream data
+        self._ask = Client(self.url, timeout=self.poll * 2)
         url = self.url
-        cursor = writer.call(lambda store: store.cursor(url))
-        journal: str | None = None  # checked on every page: no entry of a new journal lands under the old one
-        heard = started = time.monotonic()
-        next_runs = reported = 0.0
-        rate: deque[tuple[float, int]] = deque()
-        in_window = 0  # the points in ``rate``: summed as they come and go (a sum per page cost the link's thread)
-        pages = feed.follow(after=cursor, idle=self.poll)
-        try:
-            while not self._stop.is_set() and self._error is None:
-                page = next(pages)
-                now = time.monotonic()
-                if page.journal is not None and page.journal != journal:
-                    journal = page.journal
-                    # after this link's queued pages: the old journal's are written before it is moved aside
-                    if writer.call(lambda store: store.adopt_journal(url, journal)):  # wiped, restarted: from 0
-                        pages.close()
-                        cursor = 0
-                        pages = feed.follow(after=0, idle=self.poll)
-                        continue
-                runs = None
-                if now >= next_runs:
-                    runs, heard = self._refresh_runs(ask, heard)  # written with the page, at once
-                    next_runs = time.monotonic() + self.runs_every
-                if page.entries or page.cursor > cursor or runs is not None:
-                    cursor = max(cursor, page.cursor)
-                    self._queue(writer, Write(url, page.entries, cursor, runs, self))
-                if page.entries:
-                    heard = now
-                    rate.append((now, sum(e.n for e in page.entries if e.kind == KIND_METRIC)))
-                    in_window += rate[-1][1]
-                while rate and rate[0][0] < now - RATE_WINDOW:
-                    in_window -= rate.popleft()[1]
-                changed = self._update(now, heard, started, in_window)
-                if self.on_health is not None and (changed or now - reported >= 1.0):
-                    reported = now
-                    self.on_health(self.health())
-            if self._error is not None:
-                raise self._error
-        finally:
-            pages.close()
+        self._opening: Future | None = self._writer.submit(lambda store: store.cursor(url))
+        self._opening.add_done_callback(_wake)
+        self._adopting: Future | None = None  # the store moving an old journal's rows aside
+        self._held: Page | None = None  # the page of a new journal, until then
+        self._asking: tuple[str, int | None, float] | None = None  # (op, request id, sent)
+        self._journal: str | None = None  # checked on every page: no entry of a new journal lands under the old
+        self._cursor = 0
+        self._heard = self._began = now
+        self._next_page = self._next_runs = self._reported = 0.0
+        self._rate: deque[tuple[float, int]] = deque()
+        self._in_window = 0  # the points in ``_rate``: summed as they come and go
+
+    def sockets(self) -> list[zmq.Socket]:
+        """What the link waits on now: the feed while it reads, the query socket while a query waits."""
+        out = [self._feed.socket] if self._pages is not None and self._reading() else []
+        if self._asking is not None and self._asking[1] is not None:
+            out.append(self._ask.socket)
+        return out
+
+    def due(self, now: float) -> float:
+        """When the link has something to do whatever its sockets say (what the store answers wakes the
+        hub itself: ``_wake``)."""
+        due = math.inf
+        if self._asking is not None:  # its answer's deadline, or another try to send it (not connected yet)
+            due = self._asking[2] + self._ask.timeout if self._asking[1] is not None else now + RESEND
+        elif self._pages is not None:
+            due = self._next_runs
+        if self._pages is not None and self._adopting is None and self._reading():
+            due = min(due, self._next_page)
+        return due
+
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def step(self, now: float) -> None:
+        """Whatever is ready: an answer, the store's, a page; a run list asked when due; the health."""
+        if self._error is not None:
+            raise self._error
+        if self._asking is not None:
+            self._take_answer(now)
+        if self._pages is None:
+            if not self._opening.done():
+                return
+            self._cursor = self._opening.result()
+            self._pages = self._feed.follow(after=self._cursor, idle=0)
+        if self._adopting is not None:
+            if self._adopting.done():
+                self._adopted(now)
+        elif self._reading() and (now >= self._next_page or self._feed.socket.poll(0, zmq.POLLIN)):
+            self._next_page = now + self.poll
+            self._take(next(self._pages), now)
+        if self._asking is None and now >= self._next_runs:
+            self._send("runs", now)
+        changed = self._update(now)
+        if self.on_health is not None and (changed or now - self._reported >= 1.0):
+            self._reported = now
+            self.on_health(self.health())
+
+    def broke(self, exc: Exception) -> None:
+        self._set(error=str(exc) if self.quiet(exc) else f"{type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def quiet(exc: Exception) -> bool:
+        """An error the health says all of: no key for this agent, or an exposed one (what to run)."""
+        return isinstance(exc, SecurityError)
+
+    def close(self) -> None:
+        """Its sockets closed here; it ends once its pages queued are written (or failed)."""
+        for part in (getattr(self, "_pages", None), getattr(self, "_feed", None), getattr(self, "_ask", None)):
+            if part is not None:
+                part.close()
+        writer = getattr(self, "_writer", None)
+        if writer is None:
+            self._end()
+            return
+        writer.submit(lambda store: None).add_done_callback(lambda _: (writer.release(), self._end()))
+
+    def _end(self) -> None:
+        self._set(state="stopped")
+        if self.on_health is not None:
+            self.on_health(self.health())
+        self._ended.set()
+
+    def _reading(self) -> bool:
+        """Credit flow: while MAX_UNWRITTEN of its points wait for the writer the link reads no page (the
+        agent holds the rest), so a slow store never piles pages up in memory."""
+        return self._unwritten < MAX_UNWRITTEN
+
+    def _take(self, page: Page, now: float) -> None:
+        if page.journal is not None and page.journal != self._journal:
+            self._journal = journal = page.journal
+            url = self.url
+            # after this link's queued pages: the old journal's are written before it is moved aside
+            self._held, self._adopting = page, self._writer.submit(lambda store: store.adopt_journal(url, journal))
+            self._adopting.add_done_callback(_wake)
+            return
+        if page.entries or page.cursor > self._cursor:
+            self._cursor = max(self._cursor, page.cursor)
+            self._queue(self._writer, Write(self.url, page.entries, self._cursor, None, self))
+        if page.entries:
+            self._heard = now
+            self._rate.append((now, sum(e.n for e in page.entries if e.kind == KIND_METRIC)))
+            self._in_window += self._rate[-1][1]
+
+    def _adopted(self, now: float) -> None:
+        wiped, page = self._adopting.result(), self._held
+        self._adopting = self._held = None
+        if wiped:  # a wiped or restarted agent: read from 0
+            self._pages.close()
+            self._cursor = 0
+            self._pages = self._feed.follow(after=0, idle=0)
+        else:
+            self._take(page, now)
 
     def _queue(self, writer: StoreWriter, job: Write) -> None:
-        """Hand a page to the writer; wait while this link has MAX_UNWRITTEN points there (the agent
-        holds the rest: credit flow), so a slow store never piles pages up in memory."""
+        """Hand a page (or a run list) to the writer."""
         points = sum(e.n for e in job.entries)
-        with self._written:
-            while self._unwritten >= MAX_UNWRITTEN and not self._stop.is_set() and self._error is None:
-                self._written.wait(self.poll)
+        with self._lock:
             self._unwritten += points
         writer.write(job)
+
+    def _send(self, op: str, now: float) -> None:
+        self._asking = (op, self._ask.send(op), now)
+
+    def _take_answer(self, now: float) -> None:
+        """The answer to the query asked, if it came; a query not sent yet (not connected) is sent."""
+        op, req, sent = self._asking
+        try:
+            if req is None:
+                req = self._ask.send(op)
+                self._asking = (op, req, sent)
+            if req is not None:
+                done, data = self._ask.answer(req)
+                if done:
+                    self._asking = None
+                    self._answered(op, data, sent, now)
+                    return
+            if now - sent > self._ask.timeout or self._ask.refused():
+                raise self._ask.unavailable()
+        except (AgentError, ProtocolError) as exc:  # no answer, a refused key, garbage: shown, asked again
+            self._asking = None
+            if op == "runs":
+                self._set(error=str(exc))
+                self._next_runs = now + self.runs_every
+            else:
+                self._set(warning=f"no state from the agent: {exc}")
+
+    def _answered(self, op: str, data: object, sent: float, now: float) -> None:
+        if op == "ping":
+            state = check_ping(data)
+            self._set(warning=str(state.get("disk_full") or state.get("damaged") or ""))
+            return
+        runs = check_runs(data)
+        self._set(lag=now - sent, error="")
+        self._heard = now
+        self._next_runs = now + self.runs_every
+        self._queue(self._writer, Write(self.url, [], self._cursor, runs, self))  # written with the pages queued
+        if self._lists % STATE_EVERY == 0:
+            self._send("ping", now)
+        self._lists += 1
+
+    def _update(self, now: float) -> bool:
+        """Recompute state and rate; True when the state changed."""
+        while self._rate and self._rate[0][0] < now - RATE_WINDOW:
+            self._in_window -= self._rate.popleft()[1]
+        silent = now - self._heard
+        old = self.health().state
+        if silent >= self.dead_after:
+            state = "reconnecting"
+        else:
+            state = "connected" if self._heard > self._began else "connecting"
+        span = min(RATE_WINDOW, max(now - self._began, 1e-3))
+        self._set(state=state, silent=silent, points_per_s=self._in_window / span)
+        return state != old
 
     # --- called on the writer's thread (``store_writer.Writer``) ---------------------------------
 
     def written(self, entries: list[Entry], cursor: int, runs: list[dict] | None) -> None:
-        with self._written:
+        with self._lock:
+            blocked = not self._reading()
             self._unwritten -= sum(e.n for e in entries)
-            self._written.notify()
+        if blocked and self._reading():
+            LinkHub.wake()
         self._set(cursor=cursor)
         if self.on_batch is not None and (entries or runs is not None):
             self.on_batch(self.url, joined(entries, cursor), runs)
 
     def failed(self, error: Exception) -> None:
-        with self._written:
-            self._error = error  # the link ends with it, as if it had written the page itself
-            self._written.notify()
+        self._error = error  # the link ends with it, as if it had written the page itself
+        LinkHub.wake()
 
     def busy(self, message: str) -> None:
         self._set(warning=message)
@@ -194,41 +317,14 @@ class AgentLink:
     def stopped(self) -> bool:
         return self._stop.is_set()
 
-    def _refresh_runs(self, ask: Client, heard: float) -> tuple[list[dict] | None, float]:
-        """The agent's run list (None: no answer), and when it was heard."""
-        sent = time.monotonic()
-        try:
-            runs = ask.runs()
-        except (AgentError, ProtocolError) as exc:  # no answer, a refused key, garbage: shown, tried again
-            self._set(error=str(exc))
-            return None, heard
-        answered = time.monotonic()
-        self._set(lag=answered - sent, error="")
-        if self._lists % STATE_EVERY == 0:
-            try:
-                state = ask.ping()
-                warning = state.get("disk_full") or state.get("damaged") or ""
-            except (AgentError, ProtocolError) as exc:
-                warning = f"no state from the agent: {exc}"
-            self._set(warning=str(warning))
-        self._lists += 1
-        return runs, answered
-
-    def _update(self, now: float, heard: float, started: float, points: int) -> bool:
-        """Recompute state and rate; True when the state changed."""
-        silent = now - heard
-        old = self.health().state
-        if silent >= self.dead_after:
-            state = "reconnecting"
-        else:
-            state = "connected" if heard > started else "connecting"
-        span = min(RATE_WINDOW, max(now - started, 1e-3))
-        self._set(state=state, silent=silent, points_per_s=points / span)
-        return state != old
-
     def _set(self, **changes: object) -> None:
         with self._lock:
             self._health = replace(self._health, **changes)
+
+
+def _wake(_: Future) -> None:
+    """The store answered a link (its cursor, a journal adopted): its step can go on."""
+    LinkHub.wake()
 
 
 class Links:

@@ -121,9 +121,14 @@ class StoreWriter:
     def call(self, fn: Callable[[LocalStore], T], timeout: float | None = None) -> T:
         """``fn(store)`` on the writer's thread, after every write queued before it; its result or
         its exception."""
+        return self.submit(fn).result(timeout)
+
+    def submit(self, fn: Callable[[LocalStore], T]) -> Future:
+        """``call`` without waiting: the future of ``fn(store)`` (the links' thread serves every agent
+        and must not wait for one agent's pages to be written)."""
         call = _Call(fn)
         self._jobs.put(call)
-        return call.future.result(timeout)
+        return call.future
 
     # --- the writer's thread ------------------------------------------------------------------
 

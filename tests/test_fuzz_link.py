@@ -237,7 +237,7 @@ def start_link(fake: FakeAgent, path: Path, watch: Watch) -> AgentLink:
 def assert_link_alive(link: AgentLink, watch: Watch) -> None:
     health = link.health()
     # a health error text is allowed (a garbled answer is reported); a dead thread is not
-    assert link._thread.is_alive() and health.state != "stopped" and not watch.crashes, (
+    assert link.running() and health.state != "stopped" and not watch.crashes, (
         f"the link died: {health.error or watch.crashes}")
 
 
@@ -380,7 +380,7 @@ def test_link_survives_a_broken_agent(tmp_path, fake, monkeypatch):
         @given(st.lists(REPLY, min_size=1, max_size=3), st.lists(REPLY, max_size=3))
         def fuzz(script, pushed):
             fake.load(script, pushed)
-            wait_until(lambda: fake.pending() == 0 or not link._thread.is_alive(), timeout=5, what="replies taken")
+            wait_until(lambda: fake.pending() == 0 or not link.running(), timeout=5, what="replies taken")
             time.sleep(0.01)  # the last one handled
             assert_link_alive(link, watch)
 

@@ -36,7 +36,7 @@ print(ok, flush=True)
 
 
 class Recorder:
-    """Collects what a link hands over, as the Qt layer would (from the link's thread)."""
+    """Collects what a link hands over, as the Qt layer would (from the store writer's and the links' threads)."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -111,6 +111,36 @@ def test_unreachable_agent_reports_reconnecting_and_stops_fast(tmp_path):
     assert link.health().silent >= 0.5 and time.monotonic() - t < 0.05  # health() never blocks
     link.stop()
     assert time.monotonic() - t < 5.0 and link.health().state == "stopped"
+
+
+def test_every_link_runs_on_one_thread_and_dead_agents_hold_up_none(tmp_path, agent_proc):
+    """The links share one thread (``link_hub``: a thread each made 64 agents fight the UI thread for the
+    GIL); agents that never answer (nothing listens at their ports) delay no other: the live agent's
+    run-list round trips stay under the query timeout the dead ones run into every second."""
+    path = tmp_path / "app.sqlite"
+    dead = [AgentLink(f"tcp://127.0.0.1:{free_port()}", path, dead_after=1.0) for _ in range(3)]
+    live = AgentLink(agent_proc.url, path, dead_after=1.0)
+    links = [*dead, live]
+    for link in links:
+        link.start()
+    try:
+        wait_until(lambda: live.health().state == "connected", what="the live agent connected")
+        wait_until(lambda: all("no answer from the agent" in d.health().error for d in dead), what="dead agents")
+        lags = []
+        for _ in range(3):  # three run lists, each while the dead agents' queries wait for their timeouts
+            lag = live.health().lag
+            wait_until(lambda: live.health().lag != lag, what="the next run list")
+            lags.append(live.health().lag)
+        assert max(lags) < 2 * live.poll, lags
+        assert live.health().error == "" and all(d.health().state != "connected" for d in dead)
+        names = [t.name for t in threading.enumerate()]
+        assert names.count("link hub") == 1 and not any(n.startswith("link tcp") for n in names), names
+    finally:
+        for link in links:
+            link.stop(wait=False)
+        for link in links:
+            link.stop()
+    assert all(not link.running() and link.health().state == "stopped" for link in links)
 
 
 def test_a_new_link_resumes_at_the_cursor(tmp_path, agent_proc):
@@ -225,7 +255,7 @@ def test_a_packed_history_arrives_once_though_pages_end_inside_packed_entries_an
                                                                                                 monkeypatch):
     """A page ending inside a packed entry carries its part above the page's cursor, the rest comes
     under the same id (the app dropped such pages whole as malformed, and its store would have kept
-    the part only).  The link's thread stalls past ``Client.follow``'s resubscribe time with pages
+    the part only).  The link stalls past ``Client.follow``'s resubscribe time with pages
     queued (as when the app holds it): it reads them rather than subscribing again.  Each point
     reaches the callback and the store exactly once, in order, bit for bit."""
     runs, steps = ["a", "b", "c", "d"], 96_000  # 512 k points: three pages, two end inside packed entries

@@ -255,7 +255,7 @@ class MainWindow(QMainWindow):
             self.local.close()
         for signal in (self.bridge.batch, self.bridge.health, self.bridge.tiers, self.calls.answered,
                        self.store_work.done):
-            signal.disconnect()  # queued signals from link threads must not reach a closed store
+            signal.disconnect()  # queued signals from the links' threads must not reach a closed store
         self.remote.close()
         self.links.close()
         super().closeEvent(event)
