@@ -10,6 +10,7 @@ stay on the thread that made them: every link's sockets are made, used and close
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -32,10 +33,16 @@ class LinkHub:
 
     def __init__(self) -> None:
         self._adding: list[AgentLink] = []
-        self._links: list[AgentLink] = []
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        # the hub's thread only: what each link waits on and when it is due, kept from its last step (a turn
+        # costs what the links that have something cost, not what all of them do: 64 agents)
+        self._poller = zmq.Poller()
+        self._poller.register(self._wake_r, zmq.POLLIN)
+        self._due: dict[AgentLink, float] = {}
+        self._watched: dict[AgentLink, list[zmq.Socket]] = {}
+        self._owner: dict[zmq.Socket, AgentLink] = {}
         self._thread = threading.Thread(target=self._main, name="link hub", daemon=True)
 
     @classmethod
@@ -68,40 +75,35 @@ class LinkHub:
     def _main(self) -> None:
         try:
             while self._take_new():
+                wait = min(self._due.values(), default=math.inf) - time.monotonic()
+                ready = self._poller.poll(max(0.0, min(wait, LONGEST_WAIT)) * 1000)
+                turn = {self._owner[s] for s, _ in ready if s in self._owner}
+                if any(s == self._wake_r for s, _ in ready):  # rare (a stop, pages written, the store's answer)
+                    self._drain()
+                    turn = set(self._due)  # every link looks
                 now = time.monotonic()
-                sockets: dict[zmq.Socket, AgentLink] = {}
-                due = now + LONGEST_WAIT
-                for link in self._links:
-                    for sock in link.sockets():
-                        sockets[sock] = link
-                    due = min(due, link.due(now))
-                ready = zmq.select([*sockets, self._wake_r], [], [], max(0.0, due - time.monotonic()))[0]
-                woke = self._wake_r in ready  # rare (a stop, pages written, the store's answer): every link looks
-                if woke:
-                    while True:
-                        try:
-                            if not os.read(self._wake_r, 4096):
-                                break
-                        except BlockingIOError:
-                            break
-                woken = {sockets[s] for s in ready if s in sockets}
-                now = time.monotonic()
-                for link in list(self._links):
-                    if woke or link in woken or now >= link.due(now):
-                        self._step(link, now)
+                turn.update(link for link, due in self._due.items() if due <= now)
+                for link in turn:
+                    self._step(link, now)
         finally:
             os.close(self._wake_r)
             os.close(self._wake_w)
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
 
     def _take_new(self) -> bool:
         """Open the links added since the last turn; False (and the hub ends) once no link is left."""
         with self._guard:
             adding, self._adding = self._adding, []
-            if not adding and not self._links:
+            if not adding and not self._due:
                 LinkHub._hub = None
                 return False
         for link in adding:
-            self._links.append(link)
             self._step(link, time.monotonic(), opening=True)
         return True
 
@@ -109,21 +111,39 @@ class LinkHub:
         """One link's turn; a link that stopped, failed or broke is closed and leaves the hub (a bug is
         reported as a thread's uncaught exception would be, and said in the link's health)."""
         try:
-            if link.stopping():
-                ended = True
-            else:
+            if not link.stopping():
                 if opening:
                     link.open(now)
                 link.step(now)
-                ended = False
+                self._watch(link, link.sockets())
+                self._due[link] = link.due(now)
+                return
         except Exception as exc:
-            ended = True
             link.broke(exc)
             if not link.quiet(exc):
                 threading.excepthook(threading.ExceptHookArgs((type(exc), exc, exc.__traceback__, self._thread)))
-        if ended:
-            self._links.remove(link)
-            try:
-                link.close()
-            except Exception:  # closing sockets of a broken link: said in its health already
-                print(f"pilothouse: closing the link to {link.url} failed", file=sys.stderr)
+        self._watch(link, [])
+        self._due.pop(link, None)
+        try:
+            link.close()
+        except Exception:  # closing sockets of a broken link: said in its health already
+            print(f"pilothouse: closing the link to {link.url} failed", file=sys.stderr)
+
+    def _watch(self, link: AgentLink, sockets: list[zmq.Socket]) -> None:
+        """Poll ``sockets`` for ``link`` from now on, and no other of its sockets (a socket it closed, too:
+        a query unanswered is asked again on a fresh one)."""
+        old = self._watched.get(link, [])
+        if old == sockets:
+            return
+        for sock in old:
+            if sock not in sockets:
+                self._poller.unregister(sock)
+                del self._owner[sock]
+        for sock in sockets:
+            if sock not in old:
+                self._poller.register(sock, zmq.POLLIN)
+                self._owner[sock] = link
+        if sockets:
+            self._watched[link] = sockets
+        else:
+            self._watched.pop(link, None)

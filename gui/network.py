@@ -47,6 +47,7 @@ BatchCallback = Callable[[str, list[Entry], "list[dict] | None"], None]
 HealthCallback = Callable[["Health"], None]
 
 RATE_WINDOW = 5.0  # seconds over which points_per_s is averaged
+HEALTH_EVERY = 0.1  # seconds between updates of a link's silence and rate (its state: at once)
 STATE_EVERY = 5  # the agent's own state (a full disk, a damaged journal) is asked with every fifth run list: a
 # second request per agent each second was a third of what 64 link threads did (bench_load.py --app)
 RESEND = 0.01  # seconds between tries to send a query while the agent is not connected
@@ -128,7 +129,8 @@ class AgentLink:
         self._journal: str | None = None  # checked on every page: no entry of a new journal lands under the old
         self._cursor = 0
         self._heard = self._began = now
-        self._next_page = self._next_runs = self._reported = 0.0
+        self._next_page = self._next_runs = self._reported = self._updated = 0.0
+        self._state = self._health.state
         self._rate: deque[tuple[float, int]] = deque()
         self._in_window = 0  # the points in ``_rate``: summed as they come and go
 
@@ -282,18 +284,21 @@ class AgentLink:
         self._lists += 1
 
     def _update(self, now: float) -> bool:
-        """Recompute state and rate; True when the state changed."""
+        """Recompute state and rate (the health itself at most every HEALTH_EVERY, or when the state
+        changes: a page at a time, its copy cost the links' thread); True when the state changed."""
         while self._rate and self._rate[0][0] < now - RATE_WINDOW:
             self._in_window -= self._rate.popleft()[1]
         silent = now - self._heard
-        old = self.health().state
         if silent >= self.dead_after:
             state = "reconnecting"
         else:
             state = "connected" if self._heard > self._began else "connecting"
-        span = min(RATE_WINDOW, max(now - self._began, 1e-3))
-        self._set(state=state, silent=silent, points_per_s=self._in_window / span)
-        return state != old
+        changed = state != self._state
+        if changed or now - self._updated >= HEALTH_EVERY:
+            self._state, self._updated = state, now
+            span = min(RATE_WINDOW, max(now - self._began, 1e-3))
+            self._set(state=state, silent=silent, points_per_s=self._in_window / span)
+        return changed
 
     # --- called on the writer's thread (``store_writer.Writer``) ---------------------------------
 
