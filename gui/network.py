@@ -90,6 +90,22 @@ class AgentLink:
         self._unwritten = 0  # points handed to the writer, not yet written (credit flow: ``reading``)
         self._error: Exception | None = None  # the writer could not write this link's pages
         self._lists = 0  # run lists answered: the agent's state is asked with every STATE_EVERY-th
+        # the links' thread's own (``open`` on): the store, the sockets, what is under way
+        self._writer: StoreWriter | None = None
+        self._feed: Client | None = None
+        self._ask: Client | None = None
+        self._opening: Future | None = None  # the store reading the cursor to start from
+        self._pages: Iterator[Page] | None = None  # ``Client.follow`` from that cursor
+        self._adopting: Future | None = None  # the store moving an old journal's rows aside
+        self._held: Page | None = None  # the page of a new journal, until then
+        self._asking: tuple[str, int | None, float] | None = None  # (op, request id, sent)
+        self._journal: str | None = None  # checked on every page: no entry of a new journal lands under the old
+        self._cursor = 0
+        self._heard = self._began = 0.0  # when the agent was last heard, when the link opened
+        self._next_page = self._next_runs = self._reported = self._updated = 0.0
+        self._state = self._health.state
+        self._rate: deque[tuple[float, int]] = deque()
+        self._in_window = 0  # the points in ``_rate``: summed as they come and go
 
     def start(self) -> None:
         if not self._started:
@@ -115,24 +131,12 @@ class AgentLink:
 
     def open(self, now: float) -> None:
         self._writer = StoreWriter.acquire(self.store_path)
-        self._feed: Client | None = None
-        self._ask: Client | None = None
-        self._pages: Iterator[Page] | None = None
         self._feed = Client(self.url)  # own socket: an answer would be taken for stream data
         self._ask = Client(self.url, timeout=self.poll * 2)
         url = self.url
-        self._opening: Future | None = self._writer.submit(lambda store: store.cursor(url))
+        self._opening = self._writer.submit(lambda store: store.cursor(url))
         self._opening.add_done_callback(_wake)
-        self._adopting: Future | None = None  # the store moving an old journal's rows aside
-        self._held: Page | None = None  # the page of a new journal, until then
-        self._asking: tuple[str, int | None, float] | None = None  # (op, request id, sent)
-        self._journal: str | None = None  # checked on every page: no entry of a new journal lands under the old
-        self._cursor = 0
         self._heard = self._began = now
-        self._next_page = self._next_runs = self._reported = self._updated = 0.0
-        self._state = self._health.state
-        self._rate: deque[tuple[float, int]] = deque()
-        self._in_window = 0  # the points in ``_rate``: summed as they come and go
 
     def sockets(self) -> list[zmq.Socket]:
         """What the link waits on now: the feed while it reads, the query socket while a query waits."""
@@ -190,10 +194,10 @@ class AgentLink:
 
     def close(self) -> None:
         """Its sockets closed here; it ends once its pages queued are written (or failed)."""
-        for part in (getattr(self, "_pages", None), getattr(self, "_feed", None), getattr(self, "_ask", None)):
+        for part in (self._pages, self._feed, self._ask):
             if part is not None:
                 part.close()
-        writer = getattr(self, "_writer", None)
+        writer = self._writer
         if writer is None:
             self._end()
             return

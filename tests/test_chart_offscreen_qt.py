@@ -85,8 +85,8 @@ def test_a_chart_painting_slowly_on_a_busy_ui_thread_draws_less_often_but_a_pan_
     assert chart._timer.interval() >= 10 * module.DRAW_SHARE  # about 150 ms, not 10
     chart.setXRange(10, 20, padding=0)  # the user zooms
     assert chart._timer.interval() <= 10 and chart._timer.isActive()  # at most the shortest gap after the last
-    qtbot.waitUntil(lambda: not chart._timer.isActive())
-    qtbot.wait(20)  # a quiet spell longer than the shortest gap
+    # a quiet spell: no redraw pending, the last one longer ago than the shortest gap
+    qtbot.waitUntil(lambda: not chart._timer.isActive() and time.perf_counter() - chart._drawn > 0.02)
     chart.setXRange(12, 22, padding=0)  # the next zoom: redrawn in the loop's next turn
     assert chart._timer.interval() == 0 and chart._timer.isActive()
 
