@@ -32,6 +32,10 @@ from pilothouse.client import AgentError
 pytest.importorskip("trl")
 pq = pytest.importorskip("pyarrow.parquet")
 
+# one worker runs the module: its two-trainer fixture (about 30 s on 2 cores) ran once in each worker that took one
+# of its tests
+pytestmark = pytest.mark.xdist_group("watch_trl")
+
 REWARDS = ("letters", "short")
 # ARGS: output_dir, "text" or "chat", a file to wait for before step 3 ("" for none)
 TRAINER = f"""
