@@ -119,7 +119,7 @@ class LinkHub:
         """One link's turn; a link that stopped, failed or broke is closed and leaves the hub (a bug is
         reported as a thread's uncaught exception would be, and said in the link's health)."""
         try:
-            if not link.stopping():
+            if not link.stopped():
                 if opening:
                     link.open(now)
                 link.step(now)

@@ -157,9 +157,6 @@ class AgentLink:
             due = min(due, self._next_page)
         return due
 
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
     def step(self, now: float) -> None:
         """Whatever is ready: an answer, the store's, a page; a run list asked when due; the health."""
         if self._error is not None:
@@ -324,6 +321,7 @@ class AgentLink:
         self._set(warning=message)
 
     def stopped(self) -> bool:
+        """Asked to stop (the writer skips its pages; the hub closes it)."""
         return self._stop.is_set()
 
     def _set(self, **changes: object) -> None:
