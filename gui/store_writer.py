@@ -33,9 +33,9 @@ from pilothouse.wire.entries import KIND_ROLLOUTS, Entry
 
 from .local_store import LocalStore
 from .store_packing import StorePacker
-from .tiers import FOLD_SECONDS
 
 T = TypeVar("T")
+IDLE_FOLD = 2.0  # seconds without a page after which what waits for the tiers is folded (and then packed)
 BUSY_PAUSE = 0.05  # seconds between tries while another connection of the app holds the store's lock
 INDEX_SECONDS = 0.05  # rollout indexing per transaction at most (the rest waits for the next one)
 PACK_SECONDS = 0.02  # packing at a time at most (after a write no page waits behind, or while idle)
@@ -146,10 +146,10 @@ class StoreWriter:
             while not stop:
                 packing = store is not None and not self._refused and self._packer.pending()
                 try:
-                    jobs = [self._jobs.get(timeout=PACK_SECONDS if packing else FOLD_SECONDS)]
+                    jobs = [self._jobs.get(timeout=PACK_SECONDS if packing else IDLE_FOLD)]
                 except queue.Empty:
                     jobs = []
-                if store is not None and time.monotonic() - written >= FOLD_SECONDS:
+                if store is not None and time.monotonic() - written >= IDLE_FOLD:
                     self._idle(store)  # no page for a while (a run ended, only calls): what waits is folded
                 if not jobs:
                     if packing:

@@ -51,7 +51,8 @@ from pilothouse.store.tiers import FANOUT, LEVELS, WIDTHS, columns, level_for, l
 from pilothouse.wire.entries import KIND_EVENT, KIND_METRIC, join_chunks, unpack_blob
 from pilothouse.wire.packed_chunks import row_points
 
-FOLD_SECONDS = 2.0  # a stream's entries wait this long at most before they are folded
+FOLD_SECONDS = 8.0  # a stream's entries wait this long at most before they are folded (a fold costs per stream:
+                    # at 2 s the folds were half the writer's time at 16 agents x 500 points/s, a point or two a stream)
 FOLD_POINTS = 262_144  # or until this many points wait in all streams together (about 6 MB to read)
 FOLD_SLICE = 8  # streams folded at a time, for FOLD_BUDGET seconds a write at most (one slice at least): folding all
 FOLD_BUDGET = 0.01  # or 32 at once held a write 30-60 ms each 2 s at 4 agents x 2,000 points/s (bench_load.py --app)

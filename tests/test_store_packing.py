@@ -195,7 +195,7 @@ def test_the_store_writer_packs_between_its_writes(tmp_path):
             link = _Link()
             writer.write(Write(A, entries[at:at + 500], at + 500, None, link))
             assert link.heard.wait(10) and not link.errors
-        # the last pages wait for the tiers (FOLD_SECONDS), then the idle writer folds and packs them too
+        # the last pages wait for the tiers, then the writer, idle for IDLE_FOLD, folds and packs them too
         wait_until(lambda: writer.call(lambda store: store.db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
                    < 100, timeout=15, what="the store writer to fold and pack the run's small entries")
         got = writer.call(lambda store: store.series(A, "r1", "loss"))
