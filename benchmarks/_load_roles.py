@@ -211,7 +211,13 @@ def app_main(targets: list[tuple[str, str]], n_metrics: int, keys_dir: str | Non
 
     window.resize(1400, 900)
     window.show()  # as a user's: the charts in sight are drawn, the others when scrolled to
-    window.bridge.batch.connect(on_batch)
+    shown = window._on_batch  # each agent's batch of a take, as the window takes it; timed once it did
+
+    def taken(url: str, entries: list, runs: object) -> None:
+        shown(url, entries, runs)
+        on_batch(url, entries, runs)
+
+    window._on_batch = taken
     cpu0 = thread_cpu()
     stages = {"received": [], "written": []}  # log() -> the link took the page / the store wrote it
     for link in window.links.links.values():
@@ -280,9 +286,9 @@ def watch_stages(link: object, names: dict[str, int], stages: dict[str, list[np.
         stages["received"] += lags(job.entries)
         queue(writer, job)
 
-    def written(url: str, entries: list, runs: object) -> None:
+    def written(url: str, entries: list, cursor: int, runs: object) -> None:
         stages["written"] += lags(entries)
-        on_batch(url, entries, runs)
+        on_batch(url, entries, cursor, runs)
 
     link._queue, link.on_batch = queued, written
 

@@ -5,9 +5,9 @@ run on the Qt thread; one for all agents, since a thread each made 64 agents fig
 the GIL.  A link follows its agent's journal from the cursor kept in the local
 store (history, then live), refreshes the run list about once a second, and hands both to the
 store's one writing thread (``store_writer``), which writes them and then calls
-``on_batch(url, entries, runs)`` on its own thread (``runs`` is None in a turn where the run
-list was not refreshed; a metric stream's chunks of a write come joined into one: ``joined``);
-the Qt layer turns that callback into a signal.  Everything is in the local store before the
+``on_batch(url, entries, cursor, runs)`` on its own thread (``runs`` is None in a turn where the
+run list was not refreshed; a metric stream's chunks of a write come joined into one: ``joined``);
+the Qt layer hands that to its thread through an ``Inbox``.  Everything is in the local store before the
 callback runs.
 
 Health (``Health``):
@@ -43,7 +43,7 @@ from .link_hub import LinkHub
 from .local_store import LocalStore
 from .store_writer import StoreWriter, Write
 
-BatchCallback = Callable[[str, list[Entry], "list[dict] | None"], None]
+BatchCallback = Callable[[str, list[Entry], int, "list[dict] | None"], None]
 HealthCallback = Callable[["Health"], None]
 
 RATE_WINDOW = 5.0  # seconds over which points_per_s is averaged
@@ -311,7 +311,7 @@ class AgentLink:
             LinkHub.wake()
         self._set(cursor=cursor)
         if self.on_batch is not None and (entries or runs is not None):
-            self.on_batch(self.url, joined(entries, cursor), runs)
+            self.on_batch(self.url, joined(entries, cursor), cursor, runs)
 
     def failed(self, error: Exception) -> None:
         self._error = error  # the link ends with it, as if it had written the page itself
@@ -412,6 +412,40 @@ class Links:
                                                on_health=self.on_health, **self.link_options)
             link.start()
         return link
+
+
+class Inbox:
+    """Batches from the store's writer, held per agent until the UI thread takes them all at once.
+
+    Why: the UI pays per batch and per entry (the run rows, a timeline lookup and a curve's append per
+    metric chunk), and a batch a write for each agent reached it up to 50 times a second with a point or
+    two per stream.  A signal per batch queued them one by one behind a busy UI thread, which then paid
+    for each as if it were on time.  Here a batch joins what waits of its agent (``joined`` again, as
+    the writer joins the pages of one write: a stream's chunks become one entry; the newest run list
+    wins), and the UI is signalled only when the inbox was empty: the further behind the UI thread is,
+    the more each take holds and the less it pays per point, so it catches up."""
+
+    def __init__(self, notify: Callable[[], None]) -> None:
+        self.notify = notify
+        self._lock = threading.Lock()
+        self._waiting: dict[str, list] = {}  # url -> [entries, cursor, runs or None]
+
+    def put(self, url: str, entries: list[Entry], cursor: int, runs: list[dict] | None) -> None:
+        """A written batch, as ``AgentLink`` hands it (a ``BatchCallback``; on the writer's thread)."""
+        with self._lock:
+            first = not self._waiting
+            waiting = self._waiting.setdefault(url, [[], cursor, runs])
+            waiting[0] += entries
+            waiting[1] = max(waiting[1], cursor)
+            waiting[2] = runs if runs is not None else waiting[2]
+        if first:
+            self.notify()
+
+    def take(self) -> list[tuple[str, list[Entry], list[dict] | None]]:
+        """Everything waiting, per agent in the order they first had a batch: (url, entries, runs)."""
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+        return [(url, joined(entries, cursor), runs) for url, (entries, cursor, runs) in waiting.items()]
 
 
 def joined(entries: list[Entry], cursor: int) -> list[Entry]:

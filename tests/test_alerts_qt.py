@@ -93,7 +93,7 @@ def test_history_badges_and_marks_quietly_live_alerts_notify(window, qtbot, tmp_
             event(7, "calm", alert("flat", 30, time.time()))]
     for entry in live:  # as a link does: into the store, then the signal
         w.store.write_page(A, [entry], entry.id)
-        w.bridge.batch.emit(A, [entry], None)
+        w.inbox.put(A, [entry], entry.id, None)
     qtbot.waitUntil(lambda: badge(w, "calm") == "⚠ 1" and badge(w, "sick") == "⚠ 1", timeout=3000)
     assert not QSystemTrayIcon.isSystemTrayAvailable()  # offscreen: the fallback notifies
     assert "⚠ flat on p/calm" in w.statusBar().currentMessage()
@@ -103,7 +103,7 @@ def test_history_badges_and_marks_quietly_live_alerts_notify(window, qtbot, tmp_
     w.tabs.setCurrentWidget(w.charts)  # out of sight, the Events pane is not read again per event
     hidden = event(8, "sick", alert("nan-loss", 25, time.time()))
     w.store.write_page(A, [hidden], hidden.id)
-    w.bridge.batch.emit(A, [hidden], None)
+    w.inbox.put(A, [hidden], hidden.id, None)
     qtbot.wait(200)  # the window's redraws of the batch ran
     assert "at step 25" not in w.events.toPlainText()
     w.tabs.setCurrentWidget(w.events)  # seen again: read at once
@@ -227,14 +227,14 @@ def test_a_new_runs_alert_waits_for_its_name_and_the_tray_is_made_once(window, q
     monkeypatch.setattr(QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
     monkeypatch.setattr(QSystemTrayIcon, "showMessage", lambda self, title, body, *a: shown.append((title, body)))
     w = window()
-    w.bridge.batch.emit(A, [event(1, "newbie", alert("nan-loss", 3, time.time()))], None)
+    w.inbox.put(A, [event(1, "newbie", alert("nan-loss", 3, time.time()))], 1, None)
     qtbot.wait(50)
     assert shown == [] and w.notices.notifier.tray is None  # the run list does not name the run yet
-    w.bridge.batch.emit(A, [], [{"id": "newbie", "project": "p", "name": "fresh", "status": "running"}])
+    w.inbox.put(A, [], 1, [{"id": "newbie", "project": "p", "name": "fresh", "status": "running"}])
     qtbot.waitUntil(lambda: len(shown) == 1, timeout=3000)
     assert shown[0] == ("⚠ nan-loss on p/fresh", "p/fresh: loss is nan at step 3")
     tray = w.notices.notifier.tray
-    w.bridge.batch.emit(A, [event(2, "newbie", alert("kl", 4, time.time())),
-                            event(3, "newbie", alert("lr", 4, time.time()))], None)
+    w.inbox.put(A, [event(2, "newbie", alert("kl", 4, time.time())),
+                    event(3, "newbie", alert("lr", 4, time.time()))], 3, None)
     qtbot.waitUntil(lambda: len(shown) == 2, timeout=3000)
     assert shown[1][0] == "⚠ 2 alerts firing" and w.notices.notifier.tray is tray and tray.isVisible()

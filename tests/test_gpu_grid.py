@@ -51,7 +51,7 @@ for step in range(100000):
 def feed(grid: GpuGrid, batches: queue.Queue) -> None:
     """What the System tab does with a link's batches: system readings in, run lists noted."""
     while not batches.empty():
-        url, entries, runs = batches.get()
+        url, entries, _, runs = batches.get()
         for e in entries:
             if e.kind == KIND_METRIC and e.run.startswith(SYSTEM_RUN_PREFIX):
                 _, vals, times = entry_points(e)

@@ -31,7 +31,7 @@ def job_run(run_id: str, *agents: str) -> dict:
 def listed(w: MainWindow, url: str, runs: list[dict]) -> None:
     """As a link does: the run list into the store, then the signal."""
     w.store.put_runs(url, runs)
-    w.bridge.batch.emit(url, [], runs)
+    w.inbox.put(url, [], w.store.cursor(url), runs)
 
 
 def menu_entries(w: MainWindow) -> dict[str, list[str]]:

@@ -15,7 +15,7 @@ from support.sockets import as_owner, free_port
 from support.waiting import wait_until
 
 from pilothouse.gui.local_store import LocalStore
-from pilothouse.gui.network import AgentLink, Links
+from pilothouse.gui.network import AgentLink, Inbox, Links
 from pilothouse.gui.store_writer import StoreWriter, Write
 from pilothouse.node.compactor import Compactor
 from pilothouse.node.journal import Store
@@ -44,7 +44,7 @@ class Recorder:
         self.runs: list | None = None
         self.states: list[str] = []
 
-    def on_batch(self, url, entries, runs):
+    def on_batch(self, url, entries, cursor, runs):
         with self.lock:
             self.entries.extend(entries)
             if runs is not None:
@@ -268,7 +268,7 @@ def test_a_packed_history_arrives_once_though_pages_end_inside_packed_entries_an
     got: dict[tuple[str, str], list] = {}
     stalls = [2.5]  # once, on the first page with points: longer than the 2 s resubscribe time
 
-    def on_batch(url, entries, runs_):
+    def on_batch(url, entries, cursor, runs_):
         if entries and stalls:
             time.sleep(stalls.pop())
         for e in entries:
@@ -458,16 +458,17 @@ def test_a_stopped_links_queued_pages_are_not_written(tmp_path):
     store.close()
 
 
+def chunk(i: int, metric: str, steps: list[int], rank: int = 0) -> Entry:
+    """A metric entry of run "r" whose values and times are its steps."""
+    s = np.array(steps, np.int64)
+    return Entry(i, "r", "m", metric, rank, len(s), s.tobytes(), s.astype(float).tobytes(), s.astype(float).tobytes(),
+                 None)
+
+
 def test_a_batch_reaches_the_ui_with_each_metric_streams_chunks_joined_in_id_order():
     """The UI pays per entry: a batch's chunks of one (run, metric, rank) arrive as one, under the last
     id, every point in order; events and a packed entry's part (id above the cursor) as they are."""
     from pilothouse.gui.network import joined
-    from pilothouse.wire.entries import Entry
-
-    def chunk(i: int, metric: str, steps: list[int], rank: int = 0) -> Entry:
-        s = np.array(steps, np.int64)
-        return Entry(i, "r", "m", metric, rank, len(s), s.tobytes(), s.astype(float).tobytes(), s.astype(float).tobytes(),
-                     None)
 
     event = Entry(4, "r", "e", None, 0, 0, None, None, None, b"\x80")
     batch = [chunk(1, "loss", [0, 1]), chunk(2, "kl", [0]), chunk(3, "loss", [2]), event, chunk(5, "kl", [1, 2]),
@@ -477,3 +478,25 @@ def test_a_batch_reaches_the_ui_with_each_metric_streams_chunks_joined_in_id_ord
         (3, "m", "loss", 0), (4, "e", None, 0), (5, "m", "kl", 0), (6, "m", "loss", 1), (9, "m", "loss", 0)]
     assert [entry_points(e)[0].tolist() for e in out if e.kind == "m"] == [[0, 1, 2], [0, 1, 2], [3], [4, 5]]
     assert out[0].n == 3 and entry_points(out[0])[1].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_batches_waiting_for_the_ui_thread_are_taken_at_once_each_stream_joined():
+    """A UI thread behind the writer takes every batch waiting in one go, an agent's stream chunks joined
+    (it pays per entry, so it catches up), the newest run list, and is signalled once until it took them;
+    a part above its batch's cursor is joined once a later batch's cursor passes it, as one write joins pages."""
+
+    signals = []
+    inbox = Inbox(lambda: signals.append(1))
+    inbox.put("tcp://a:1", [chunk(1, "loss", [0]), chunk(2, "kl", [0])], 2, [{"id": "r"}])
+    inbox.put("tcp://b:1", [chunk(1, "loss", [7])], 1, None)
+    inbox.put("tcp://a:1", [chunk(3, "loss", [1]), chunk(5, "loss", [2])], 4, None)  # 5: a part, above 4
+    inbox.put("tcp://a:1", [chunk(5, "loss", [3]), chunk(6, "kl", [1])], 6, [{"id": "r"}, {"id": "s"}])
+    assert signals == [1]  # one signal for the four batches
+    (a, a_entries, a_runs), (b, b_entries, b_runs) = inbox.take()
+    assert (a, b, a_runs, b_runs) == ("tcp://a:1", "tcp://b:1", [{"id": "r"}, {"id": "s"}], None)
+    assert [(e.id, e.metric, entry_points(e)[0].tolist()) for e in a_entries] == [(5, "loss", [0, 1, 2, 3]),
+                                                                                 (6, "kl", [0, 1])]
+    assert [(e.id, entry_points(e)[0].tolist()) for e in b_entries] == [(1, [7])]
+    assert inbox.take() == []
+    inbox.put("tcp://a:1", [chunk(7, "loss", [4])], 7, None)
+    assert signals == [1, 1]  # taken: the next batch signals again

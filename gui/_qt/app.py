@@ -43,7 +43,7 @@ from pilothouse.wire.watched import STEER_HOW, how_to_steer
 from ..health_text import health_text
 from ..local_store import LocalStore
 from ..models import RunKey, RunsModel, first_screen, merged_event_lines, run_labels
-from ..network import Health, Links
+from ..network import Health, Inbox, Links
 from ..palette import RunColors
 from ..remote_tiers import RemoteTiers
 from .alert_notices import AlertNotices
@@ -73,7 +73,7 @@ EMPTY = ("No agents yet: run `pilothouse agent` (`pilothouse gui` without --agen
 class Bridge(QObject):
     """Signals emitted from network threads; Qt delivers them on the UI thread."""
 
-    batch = Signal(str, object, object)  # agent url, entries, runs (or None)
+    batch = Signal()  # the links' inbox has batches (``Inbox``)
     health = Signal(object)
     tiers = Signal(str)  # agent url: it answered tiers of a run the store lacks
 
@@ -84,7 +84,8 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("Pilothouse")
         self.bridge = Bridge()
-        self.links = Links(store_path, on_batch=self.bridge.batch.emit, on_health=self.bridge.health.emit)
+        self.inbox = Inbox(self.bridge.batch.emit)
+        self.links = Links(store_path, on_batch=self.inbox.put, on_health=self.bridge.health.emit)
         self.store: LocalStore = self.links.store
         for url in agents:
             self.links.add(url)
@@ -106,7 +107,7 @@ class MainWindow(QMainWindow):
         self._opened = False  # the first screen (the last selection, else the live runs) is shown
         self.local: LocalFollow | None = None  # the user's running local agents, followed (``follow_local_agents``)
         self._build()
-        self.bridge.batch.connect(self._on_batch)
+        self.bridge.batch.connect(self._take_batches)
         self.bridge.tiers.connect(self.charts.remote_answered)
         self.remote = RemoteTiers(on_answer=self.bridge.tiers.emit)  # asked on its own threads, never this one
         self.charts.model.remote = self.remote
@@ -261,6 +262,10 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     # --- data in --------------------------------------------------------------------------
+
+    def _take_batches(self) -> None:
+        for url, entries, runs in self.inbox.take():
+            self._on_batch(url, entries, runs)
 
     def _on_batch(self, url: str, entries: list[Entry], runs: list[dict] | None) -> None:
         if self._closed:  # a batch still queued when the window closed: its store is gone
