@@ -6,8 +6,8 @@ the GIL.  A link follows its agent's journal from the cursor kept in the local
 store (history, then live), refreshes the run list about once a second, and hands both to the
 store's one writing thread (``store_writer``), which writes them and then calls
 ``on_batch(url, entries, cursor, runs)`` on its own thread (``runs`` is None in a turn where the
-run list was not refreshed; a metric stream's chunks of a write come joined into one: ``joined``);
-the Qt layer hands that to its thread through an ``Inbox``.  Everything is in the local store before the
+run list was not refreshed); the Qt layer hands that to its thread through an ``Inbox``, which joins
+a metric stream's chunks into one entry (``joined``) there, not on the busier writer's thread.  Everything is in the local store before the
 callback runs.
 
 Health (``Health``):
@@ -311,7 +311,7 @@ class AgentLink:
             LinkHub.wake()
         self._set(cursor=cursor)
         if self.on_batch is not None and (entries or runs is not None):
-            self.on_batch(self.url, joined(entries, cursor), cursor, runs)
+            self.on_batch(self.url, entries, cursor, runs)
 
     def failed(self, error: Exception) -> None:
         self._error = error  # the link ends with it, as if it had written the page itself
@@ -420,10 +420,10 @@ class Inbox:
     Why: the UI pays per batch and per entry (the run rows, a timeline lookup and a curve's append per
     metric chunk), and a batch a write for each agent reached it up to 50 times a second with a point or
     two per stream.  A signal per batch queued them one by one behind a busy UI thread, which then paid
-    for each as if it were on time.  Here a batch joins what waits of its agent (``joined`` again, as
-    the writer joins the pages of one write: a stream's chunks become one entry; the newest run list
-    wins), and the UI is signalled only when the inbox was empty: the further behind the UI thread is,
-    the more each take holds and the less it pays per point, so it catches up."""
+    for each as if it were on time.  Here a batch joins what waits of its agent (a stream's chunks become
+    one entry when taken: ``joined``; the newest run list wins), and the UI is signalled only when the
+    inbox was empty: the further behind the UI thread is, the more each take holds and the less it pays
+    per point, so it catches up."""
 
     def __init__(self, notify: Callable[[], None]) -> None:
         self.notify = notify
@@ -431,7 +431,7 @@ class Inbox:
         self._waiting: dict[str, list] = {}  # url -> [entries, cursor, runs or None]
 
     def put(self, url: str, entries: list[Entry], cursor: int, runs: list[dict] | None) -> None:
-        """A written batch, as ``AgentLink`` hands it (a ``BatchCallback``; on the writer's thread)."""
+        """A written batch, entries as the agent sent them (a ``BatchCallback``; on the writer's thread)."""
         with self._lock:
             first = not self._waiting
             waiting = self._waiting.setdefault(url, [[], cursor, runs])
