@@ -432,7 +432,7 @@ def report(results: dict[str, dict[str, Any]], ratios: dict[str, float]) -> str:
         row("app: CPU ns/point", lambda m: m["app"]["cpu_ns_per_point"], ",.0f")
         row("app: CPU ns/point less this benchmark's own tally (on its UI thread)",
             lambda m: m["app"]["cpu_ns_per_point"] - m["app"]["tally_ns_per_point"], ",.0f")
-        row("app: a pan of the first chart -> redrawn, p50 / p99 (ms)",
+        row("app: a pan of the first chart -> painted, p50 / p99 (ms)",
             lambda m: f"{m['app']['pan_p50_ms']:.0f} / {m['app']['pan_p99_ms']:.0f} ({m['app']['pans']} pans)", "")
         row("app: CPU ns/point on the UI / store writer / link threads / other",
             lambda m: " / ".join(f"{m['app'][f'{part}_ns_per_point']:,.0f}" for part in ("ui", "writer", "links", "other")),
