@@ -118,6 +118,7 @@ class ChartWidget(pg.PlotWidget):
         self._cost = 0.0  # seconds the last live redraw took, until its paint adds its own (``FRAMES``)
         self._due = 0.0  # when the redraw timer was due to fire
         self._drawn = 0.0  # when the last timed redraw ended
+        self._panned = 0.0  # when the last pan or zoom was (or is to be) redrawn
         self._busy = False  # it fired more than a gap late: the UI thread is behind
         self._vb.sigXRangeChanged.connect(self._range_changed)
         self._vb.sigYRangeChanged.connect(self._place_markers)
@@ -277,17 +278,19 @@ class ChartWidget(pg.PlotWidget):
             self._timer.start(gap)
 
     def redraw_soon(self) -> None:
-        """A pan or zoom, or the answer to one, whatever live frames cost: redrawn now when the last redraw
-        is the shortest gap old, else that gap after it (a drag draws one frame a gap).  Not in the event
-        loop's next turn: a batch and other charts' paints queued before it came first (a pan waited for
-        its paint 76-93 ms p50 at 16 agents x 500 points/s, bench_load.py --app)."""
+        """A pan or zoom, or the answer to one, whatever live frames cost: redrawn now when the last pan's
+        redraw is the shortest gap old, else that gap after it (a drag draws one frame a gap).  Not in the
+        event loop's next turn, where a batch and other charts' paints queued before it came first, nor a
+        gap after the last live frame (a pan waited for its paint 95-128 ms p50 at 16 agents x 500
+        points/s, bench_load.py --app)."""
         now = time.perf_counter()
-        gap = max(0, round(self._redraw_ms - (now - self._drawn) * 1000))
+        gap = max(0, round(self._redraw_ms - (now - self._panned) * 1000))
         if gap == 0:
             self._timer.stop()
-            self._due = now  # on time: not a sign of a busy thread
+            self._due = self._panned = now  # on time: not a sign of a busy thread
             self._timed_redraw()
         elif not self._timer.isActive() or self._timer.remainingTime() > gap:
+            self._panned = now + gap / 1000
             self._timer.start(gap)
 
     def _timed_redraw(self) -> None:
