@@ -7,8 +7,8 @@ store (history, then live), refreshes the run list about once a second, and hand
 store's one writing thread (``store_writer``), which writes them and then calls
 ``on_batch(url, entries, cursor, runs)`` on its own thread (``runs`` is None in a turn where the
 run list was not refreshed); the Qt layer hands that to its thread through an ``Inbox``, which joins
-a metric stream's chunks into one entry (``joined``) there, not on the busier writer's thread.  Everything is in the local store before the
-callback runs.
+a metric stream's chunks into one entry (``joined``) there, not on the busier writer's thread.
+Everything is in the local store before the callback runs.
 
 Health (``Health``):
 
