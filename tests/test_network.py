@@ -484,7 +484,6 @@ def test_batches_waiting_for_the_ui_thread_are_taken_at_once_each_stream_joined(
     """A UI thread behind the writer takes every batch waiting in one go, an agent's stream chunks joined
     (it pays per entry, so it catches up), the newest run list, and is signalled once until it took them;
     a part above its batch's cursor is joined once a later batch's cursor passes it, as one write joins pages."""
-
     signals = []
     inbox = Inbox(lambda: signals.append(1))
     inbox.put("tcp://a:1", [chunk(1, "loss", [0]), chunk(2, "kl", [0])], 2, [{"id": "r"}])
