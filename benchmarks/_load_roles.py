@@ -283,9 +283,9 @@ def watch_stages(link: object, names: dict[str, int], stages: dict[str, list[np.
 
     queue, on_batch = link._queue, link.on_batch
 
-    def queued(writer: object, job: object) -> None:
+    def queued(job: object) -> None:
         stages["received"] += lags(job.entries)
-        queue(writer, job)
+        queue(job)
 
     def written(url: str, entries: list, cursor: int, runs: object) -> None:
         stages["written"] += lags(entries)

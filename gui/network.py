@@ -41,7 +41,7 @@ from pilothouse.wire.urls import check_url
 
 from .link_hub import LinkHub
 from .local_store import LocalStore
-from .store_writer import StoreWriter, Write
+from .store_writer import StoreWriter, Write, join_writes
 
 BatchCallback = Callable[[str, list[Entry], int, "list[dict] | None"], None]
 HealthCallback = Callable[["Health"], None]
@@ -221,7 +221,7 @@ class AgentLink:
             return
         if page.entries or page.cursor > self._cursor:
             self._cursor = max(self._cursor, page.cursor)
-            self._queue(self._writer, Write(self.url, page.entries, self._cursor, None, self))
+            self._queue(Write(self.url, page.entries, self._cursor, None, self))
         if page.entries:
             self._heard = now
             self._rate.append((now, sum(e.n for e in page.entries if e.kind == KIND_METRIC)))
@@ -237,12 +237,12 @@ class AgentLink:
         else:
             self._take(page, now)
 
-    def _queue(self, writer: StoreWriter, job: Write) -> None:
+    def _queue(self, job: Write) -> None:
         """Hand a page (or a run list) to the writer."""
         points = sum(e.n for e in job.entries)
         with self._lock:
             self._unwritten += points
-        writer.write(job)
+        self._writer.write(job)
 
     def _send(self, op: str, now: float) -> None:
         self._asking = (op, self._ask.send(op), now)
@@ -279,7 +279,7 @@ class AgentLink:
         self._set(lag=now - sent, error="")
         self._heard = now
         self._next_runs = now + self.runs_every
-        self._queue(self._writer, Write(self.url, [], self._cursor, runs, self))  # written with the pages queued
+        self._queue(Write(self.url, [], self._cursor, runs, self))  # written with the pages queued
         if self._lists % STATE_EVERY == 0:
             self._send("ping", now)
         self._lists += 1
@@ -420,32 +420,29 @@ class Inbox:
     Why: the UI pays per batch and per entry (the run rows, a timeline lookup and a curve's append per
     metric chunk), and a batch a write for each agent reached it up to 50 times a second with a point or
     two per stream.  A signal per batch queued them one by one behind a busy UI thread, which then paid
-    for each as if it were on time.  Here a batch joins what waits of its agent (a stream's chunks become
-    one entry when taken: ``joined``; the newest run list wins), and the UI is signalled only when the
-    inbox was empty: the further behind the UI thread is, the more each take holds and the less it pays
-    per point, so it catches up."""
+    for each as if it were on time.  Here a batch joins what waits of its agent (``join_writes``, as the
+    writer joins one write's pages; a stream's chunks become one entry when taken: ``joined``; the newest
+    run list wins), and the UI is signalled only when the inbox was empty: the further behind the UI
+    thread is, the more each take holds and the less it pays per point, so it catches up."""
 
     def __init__(self, notify: Callable[[], None]) -> None:
         self.notify = notify
         self._lock = threading.Lock()
-        self._waiting: dict[str, list] = {}  # url -> [entries, cursor, runs or None]
+        self._waiting: list[Write] = []
 
     def put(self, url: str, entries: list[Entry], cursor: int, runs: list[dict] | None) -> None:
         """A written batch, entries as the agent sent them (a ``BatchCallback``; on the writer's thread)."""
         with self._lock:
             first = not self._waiting
-            waiting = self._waiting.setdefault(url, [[], cursor, runs])
-            waiting[0] += entries
-            waiting[1] = max(waiting[1], cursor)
-            waiting[2] = runs if runs is not None else waiting[2]
+            self._waiting.append(Write(url, entries, cursor, runs, None))
         if first:
             self.notify()
 
     def take(self) -> list[tuple[str, list[Entry], list[dict] | None]]:
         """Everything waiting, per agent in the order they first had a batch: (url, entries, runs)."""
         with self._lock:
-            waiting, self._waiting = self._waiting, {}
-        return [(url, joined(entries, cursor), runs) for url, (entries, cursor, runs) in waiting.items()]
+            waiting, self._waiting = self._waiting, []
+        return [(w.url, joined(w.entries, w.cursor), w.runs) for w in join_writes(waiting)]
 
 
 def joined(entries: list[Entry], cursor: int) -> list[Entry]:

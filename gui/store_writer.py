@@ -59,13 +59,14 @@ class Writer(Protocol):
 
 @dataclass
 class Write:
-    """One agent's pages (entries in arrival order, the cursor they reach, its run list or None)."""
+    """One agent's pages (entries in arrival order, the cursor they reach, its run list or None); ``link``
+    None: pages written already, waiting for the UI thread (``network.Inbox``)."""
 
     url: str
     entries: list[Entry]
     cursor: int
     runs: list[dict] | None
-    link: Writer
+    link: Writer | None
 
 
 class _Call:
@@ -194,7 +195,7 @@ class StoreWriter:
         writes = [w for w in writes if not w.link.stopped()]
         if not writes:
             return indexing
-        joined = _join(writes)
+        joined = join_writes(writes)
         try:
             self._retry(store.write_pages, [(w.url, w.entries, w.cursor, w.runs) for w in joined], jobs=joined)
             done = joined
@@ -263,8 +264,9 @@ class StoreWriter:
             time.sleep(BUSY_PAUSE)
 
 
-def _join(writes: list[Write]) -> list[Write]:
-    """One write per link (an agent's), its pages in arrival order (a transaction folds each metric once)."""
+def join_writes(writes: list[Write]) -> list[Write]:
+    """One write per link (an agent's), its pages in arrival order, the links in the order they first
+    came (a transaction folds each metric once; the UI takes each agent's batches at once)."""
     by_url: dict[tuple[str, int], Write] = {}
     for w in writes:
         old = by_url.get((w.url, id(w.link)))
