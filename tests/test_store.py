@@ -33,6 +33,28 @@ def ingest(store: Store, seq: int, recs: list, floor: int | None = None):
     return result
 
 
+def test_a_message_outside_a_transaction_begins_one_and_its_undo_leaves_nothing(store):
+    """The agent's turn begins its transaction with its first message that may write: undoing that
+    message rolls back the whole transaction (no savepoint), and the next message begins another."""
+    assert not store.db.conn.in_transaction
+    first = store.mark()
+    assert store.db.conn.in_transaction and not first.savepoint
+    store.ingest(("r1", 0, ""), 1, 1, batch_fields([rec(0, x=0.0)]), 0.0)
+    store.undo(first)
+    assert not store.db.conn.in_transaction
+    second = store.mark()
+    store.ingest(("r1", 0, ""), 1, 1, batch_fields([rec(0, x=5.0)]), 0.0)
+    inner = store.mark()  # a later message of the same turn: a savepoint, undone alone
+    assert inner.savepoint
+    store.ingest(("r1", 0, ""), 2, 2, batch_fields([rec(1, x=6.0)]), 0.0)
+    store.undo(inner)
+    store.release(second)
+    entries = store.commit()
+    assert [(e.id, e.n) for e in entries] == [(store.head, 1)]
+    steps, vals, _ = store.series("r1", "x")
+    assert steps.tolist() == [0] and vals.tolist() == [5.0] and store.max_seq[("r1", 0, "")] == 1
+
+
 def test_special_floats_come_back_bit_exact_after_reopening(store, tmp_path):
     ingest(store, 1, [rec(i, v=v) for i, v in enumerate(SPECIAL)])
     store.db.close()

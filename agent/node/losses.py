@@ -25,6 +25,10 @@ class UnsavedLosses:
         if floor > self._floors.get(stream, 0):
             self._floors[stream] = floor
 
+    def waiting(self) -> bool:
+        """Whether some were heard that no commit holds yet (the next turn commits for them)."""
+        return bool(self._runs or self._floors)
+
     def write(self, store: Store) -> None:
         """Into the transaction about to commit (runs removed meanwhile are skipped)."""
         for run, (now, records, points) in self._runs.items():

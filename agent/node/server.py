@@ -320,11 +320,14 @@ class Agent:
     # --- one turn -------------------------------------------------------------------------
 
     def _turn(self) -> None:
+        """The turn's first message that may write begins its transaction (``Store.mark``): a turn of
+        readers' credits alone, as many turns as the pages sent, costs no BEGIN and COMMIT."""
         head_before = self.store.head
-        self.store.begin()
         try:
             self._drain()
-            entries = self._commit()
+            if self.trainers.losses.waiting() and not self.store.db.conn.in_transaction:
+                self.store.begin()  # counters heard in a turn undone (a full disk): written again
+            entries = self._commit() if self.store.db.conn.in_transaction else []
         except Exception as exc:
             self._unstored(exc, "turn")
             return
@@ -446,7 +449,7 @@ class Agent:
             if mark is None or not self.store.wrote_since(mark):
                 self._replies[replies:] = [(i, m, False) for i, m, _ in self._replies[replies:]]
             if mark is not None:
-                self.store.release()
+                self.store.release(mark)
 
     def _check(self, body: list[bytes], client_key: str | None) -> dict:
         if len(body) != 1:

@@ -115,15 +115,20 @@ class RecordBatch:
     others: list[tuple[int, int, int, float, Any]]
 
     def columns(self, skip: int = 0) -> list[Column]:
-        """One column per metric over the records at offsets ``skip`` and later, in record order."""
+        """One column per metric over the records at offsets ``skip`` and later, in record order.  A
+        group's steps and times are copied once and shared by its metrics' columns, its values once
+        (a metric's column is a row of them): an agent pays this per batch, often of one step, and
+        its cost is in the number of numpy calls, not in the points."""
         parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
         for g in self.groups:
-            keep = slice(int(np.searchsorted(g.at, skip)), None)  # at is increasing
-            at, steps, times = g.at[keep], g.steps[keep], g.times[keep]
+            keep = slice(int(np.searchsorted(g.at, skip)) if skip else 0, None)  # at is increasing
+            at = g.at[keep]
             if not len(at):
                 continue
+            steps, times = np.array(g.steps[keep], np.int64), np.array(g.times[keep], np.float64)
+            rows = np.array(g.values[keep].T, np.float64, order="C")
             for j, name in enumerate(g.names):
-                parts.setdefault(name, []).append((at, steps, g.values[keep, j], times))
+                parts.setdefault(name, []).append((at, steps, rows[j], times))
         columns = []
         for metric, pieces in parts.items():
             if len(pieces) == 1:
@@ -131,7 +136,7 @@ class RecordBatch:
             else:  # the metric appeared with different companions: restore record order
                 order = np.argsort(np.concatenate([p[0] for p in pieces]), kind="stable")
                 steps, vals, times = (np.concatenate([p[i] for p in pieces])[order] for i in (1, 2, 3))
-            columns.append(Column(metric, steps.astype(np.int64), vals.astype(np.float64), times.astype(np.float64)))
+            columns.append(Column(metric, steps, vals, times))
         return columns
 
     def others_from(self, skip: int = 0) -> list[tuple[int, int, int, float, Any]]:
@@ -168,8 +173,12 @@ def check_batch(n: Any, keys: Any, metrics: Any, others: Any, known: set[str]) -
     rest = [_check_other(o) for o in others]
     if sum(len(g.at) for g in groups) + len(rest) != n:
         raise ProtocolError(f"'rec' batch of {n} records holds {sum(len(g.at) for g in groups) + len(rest)}")
-    offsets = np.concatenate([g.at for g in groups] + [np.array([o[0] for o in rest], np.int64)])
-    if int(offsets.max()) >= n or len(np.unique(offsets)) != n:
+    if len(groups) == 1 and not rest:  # the usual batch: n increasing offsets (checked), each below n, are 0..n-1
+        numbered = int(groups[0].at[-1]) < n
+    else:
+        offsets = np.concatenate([g.at for g in groups] + [np.array([o[0] for o in rest], np.int64)])
+        numbered = int(offsets.max()) < n and len(np.unique(offsets)) == n
+    if not numbered:
         raise ProtocolError(f"'rec' records must be numbered 0..{n - 1}, each once")
     if any(a[0] >= b[0] for a, b in zip(rest, rest[1:])):
         raise ProtocolError("'rec' others must be in batch order")
