@@ -10,8 +10,11 @@ gap, as a NaN is), so ``getData`` returns what is drawn, as ``PlotDataItem``'s d
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
+from PySide6 import QtCore
 
 
 class Line(pg.PlotCurveItem):
@@ -29,8 +32,32 @@ class Line(pg.PlotCurveItem):
         key = (ax, frac, None if orthoRange is None else (orthoRange[0], orthoRange[1]))
         got = self._bounds.get(key)
         if got is None:
-            got = self._bounds[key] = super().dataBounds(ax, frac, orthoRange)
+            got = self._bounds[key] = self._data_bounds(ax, frac, orthoRange)
         return got
+
+    def _data_bounds(self, ax: int, frac: float, ortho: object) -> tuple:
+        """pyqtgraph's answer for a line's usual case (the whole range, no fill, a cosmetic pen) with
+        ``fmin``/``fmax``, which skip NaNs without the warnings filter that ``nanmin``/``nanmax`` need
+        there: 2 µs where it took 10, and a live frame asks every redrawn curve two or three times."""
+        pens = [p for p in (self.opts["pen"], self.opts["shadowPen"]) if p is not None]
+        if frac < 1.0 or self.opts.get("stepMode") or self.opts["fillLevel"] not in (None, "enclosed") or any(
+                not p.isCosmetic() and p.style() != QtCore.Qt.PenStyle.NoPen for p in pens):
+            return super().dataBounds(ax, frac, ortho)
+        x, y = self.getData()
+        if x is None or len(x) == 0:
+            return (None, None)
+        d, other = (x, y) if ax == 0 else (y, x)
+        if ortho is not None:
+            d = d[(other >= ortho[0]) & (other <= ortho[1])]
+            if len(d) == 0:
+                return (None, None)
+        low, high = float(np.fmin.reduce(d)), float(np.fmax.reduce(d))
+        if math.isinf(low) or math.isinf(high):
+            d = d[np.isfinite(d)]
+            if len(d) == 0:
+                return (None, None)
+            low, high = float(d.min()), float(d.max())
+        return low, high
 
     def invalidateBounds(self) -> None:  # noqa: N802 (data, pen, fill: pyqtgraph calls it on each)
         self._bounds = {}
