@@ -40,6 +40,7 @@ from pilothouse.wire.rollouts import MAX_SEARCH_HITS, unpack_batch
 from pilothouse.wire.urls import DEFAULT_URL, ENV_AGENT, check_url
 
 MAX_GATHER = 64  # messages ``follow`` takes from its queue into one page at most (an agent's most credit)
+RETURN_SECONDS = 1.0  # a follower's owed credit goes back this long after its last return at most (``_Owed``)
 
 
 class AgentError(RuntimeError):
@@ -386,6 +387,7 @@ class Client:
         page: pages of the earlier sub still in flight are dropped, since the new one reads them
         again (a re-read may hold them packed under a higher id: kept, they would arrive twice)."""
         sub = message("sub", after=after, credit=credit, run=run, kinds=list(kinds or []), sub=0)
+        owed = _Owed(credit)
         cursor = after
         last_heard = 0.0
         held: Page | None = None  # a page of another journal than the one yielded with it
@@ -397,6 +399,7 @@ class Client:
                     now = time.monotonic()
                     if now - last_heard > resubscribe and not (last_heard and self._socket().poll(0, zmq.POLLIN)):
                         sub["after"], sub["sub"] = cursor, next(self._ids)  # quiet, not merely unread: ask again
+                        owed.pages = 0  # the earlier sub's credit died with it
                         try:
                             self._socket().send(pack(sub), zmq.NOBLOCK)
                             last_heard = now
@@ -407,7 +410,7 @@ class Client:
                     if not self._socket().poll(int(idle * 1000), zmq.POLLIN):
                         yield Page([], cursor)
                         continue
-                    heard, page = self._page(sub["sub"])
+                    heard, page = self._page(sub["sub"], owed)
                     if heard:  # an earlier sub's page too: the agent is there, the new sub queued
                         last_heard = time.monotonic()
                     if page is None:
@@ -417,7 +420,7 @@ class Client:
                 points, taken = sum(e.n for e in entries), 1
                 while points < MAX_PAGE_POINTS and taken < MAX_GATHER and self._socket().poll(0, zmq.POLLIN):
                     taken += 1  # messages, pages or not: a stream of garbage cannot hold the caller here
-                    _, more = self._page(sub["sub"])
+                    _, more = self._page(sub["sub"], owed)
                     if more is None:
                         continue
                     if more.journal != page.journal:
@@ -434,15 +437,18 @@ class Client:
                 except zmq.ZMQError:
                     pass
 
-    def _page(self, sub: int) -> tuple[bool, Page | None]:
+    def _page(self, sub: int, owed: _Owed) -> tuple[bool, Page | None]:
         """The next message: whether it is a page at all, and the page if it answers ``sub`` and is
-        well formed (its credit is returned; an earlier sub's credit died with it)."""
+        well formed (its credit is owed, see ``_Owed``; an earlier sub's credit died with it)."""
         msg = _decode(self._socket().recv())
         if msg.get("t") != "data":
             return False, None
         if msg.get("sub", sub) != sub:  # an agent that does not echo it: every page is current
             return True, None
-        self._socket().send(pack(message("credit", n=1)), zmq.NOBLOCK)
+        owed.pages += 1
+        if owed.due(time.monotonic()):
+            self._socket().send(pack(message("credit", n=owed.pages)), zmq.NOBLOCK)
+            owed.returned(time.monotonic())
         try:
             page = check_page(msg.get("entries"), msg.get("cursor"))
         except ProtocolError:
@@ -450,6 +456,25 @@ class Client:
         journal = msg.get("journal")
         page.journal = journal if isinstance(journal, str) and 0 < len(journal) <= 64 else None
         return True, page
+
+
+class _Owed:
+    """The credit of the pages a follower took, returned in one message once half its window is owed
+    (the agent still holds the other half: a reader keeping up never makes it wait) or a second after
+    the last return (the agent hears from a slow stream's reader as before, and drops only silent
+    ones).  One message a page made a turn of the agent's loop a page per reader, each as costly as
+    a tenth of a trainer's batch."""
+
+    def __init__(self, window: int) -> None:
+        self.every = max(1, window // 2)
+        self.pages = 0
+        self._returned = 0.0
+
+    def due(self, now: float) -> bool:
+        return self.pages >= self.every or now - self._returned >= RETURN_SECONDS
+
+    def returned(self, now: float) -> None:
+        self.pages, self._returned = 0, now
 
 
 def check_ping(data: Any) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from support.messages import batch_fields
 
+from pilothouse.client import RETURN_SECONDS, _Owed
 from pilothouse.node.feed import ReaderFeed
 from pilothouse.node.journal import Store
 from pilothouse.wire.entries import KIND_METRIC, entry_points
@@ -46,3 +47,20 @@ def test_a_big_turn_reaches_a_caught_up_reader_in_bounded_pages_and_every_point_
             got[entry.metric].extend(entry_points(entry)[0].tolist())
     assert all(got[m] == list(range(steps)) for m in METRICS), "a point was lost or repeated across pages"
     np.testing.assert_array_equal(entry_points(pages[0]["entries"][1])[1], np.arange(4096) + 0.1)
+
+
+def test_a_follower_returns_its_credit_once_half_its_window_is_owed_or_a_second_after_the_last_return():
+    """A reader keeping up with a fast stream returns credit every fourth page of a window of 8 (the
+    agent still holds four: it never waits), a slow stream's reader every page, as before."""
+    owed, now = _Owed(8), 100.0
+    owed.returned(now)
+    due = []
+    for page in range(1, 9):  # 8 pages within a second
+        owed.pages += 1
+        if owed.due(now + page / 100):
+            due.append((page, owed.pages))
+            owed.returned(now + page / 100)
+    assert due == [(4, 4), (8, 4)]
+    owed.pages += 1
+    assert not owed.due(now + 0.5) and owed.due(now + 0.08 + RETURN_SECONDS)
+    assert _Owed(1).every == 1 and _Owed(2).every == 1  # a window of one or two: every page, as before
