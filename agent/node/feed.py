@@ -1,7 +1,8 @@
 """Readers (the app, ``pilothouse tail``) following the journal by cursor, against credit.
 
 A reader asks for "everything after N" with some credit; each page it gets costs one
-credit and it returns one per page processed.  A reader without credit costs the agent
+credit, and it returns them as it takes the pages (``Client.follow``: half its window at a time, or
+a second after its last return).  A reader without credit costs the agent
 its cursor and nothing else, however far behind it falls.  Each page echoes the number the
 reader gave its "sub": pages of an earlier sub still in flight when the reader subscribed
 again are told apart and dropped (they would repeat what the new sub reads again).  Caught-up readers get the
