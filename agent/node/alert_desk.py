@@ -123,7 +123,7 @@ class AlertDesk:
     def on_entries(self, entries: list[Entry]) -> None:
         """Every metric chunk just stored, in the same transaction: an alert commits with its cause."""
         for entry in entries:
-            if entry.kind != KIND_METRIC:
+            if entry.kind != KIND_METRIC or not self.engine.watches(entry.run, self._run_name(entry.run), entry.metric):
                 continue
             fired = self.engine.observe(entry.run, self._run_name(entry.run), entry.metric,
                                         np.frombuffer(entry.steps, np.int64), np.frombuffer(entry.vals, np.float64))

@@ -142,16 +142,23 @@ class AlertEngine:
 
     # --- metrics -----------------------------------------------------------------------------
 
-    def observe(self, run: str, name: str, metric: str, steps: np.ndarray, vals: np.ndarray) -> list[Alert]:
-        """One stored chunk of one metric: the edges it makes, in order."""
+    def watches(self, run: str, name: str, metric: str) -> bool:
+        """Whether a rule looks at this metric of this run (most chunks have none: not decoded)."""
+        return bool(self._matching(run, name, metric))
+
+    def _matching(self, run: str, name: str, metric: str) -> list[tuple[RuleKey, Rule]]:
         matches = self._matches.get((run, metric))
         if matches is None:
             matches = self._matches[(run, metric)] = [
                 (key, rule) for key, rule in self._rules.items()
                 if rule.kind in METRIC_KINDS and _applies(key, rule, run, name)
                 and fnmatch.fnmatchcase(metric, rule.metric or "*")]
+        return matches
+
+    def observe(self, run: str, name: str, metric: str, steps: np.ndarray, vals: np.ndarray) -> list[Alert]:
+        """One stored chunk of one metric: the edges it makes, in order."""
         out: list[Alert] = []
-        for key, rule in matches:
+        for key, rule in self._matching(run, name, metric):
             state = self._states.get((key, run, metric))
             if state is None:
                 state = self._states[(key, run, metric)] = _State()
