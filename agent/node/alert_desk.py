@@ -123,9 +123,12 @@ class AlertDesk:
     def on_entries(self, entries: list[Entry]) -> None:
         """Every metric chunk just stored, in the same transaction: an alert commits with its cause."""
         for entry in entries:
-            if entry.kind != KIND_METRIC or not self.engine.watches(entry.run, self._run_name(entry.run), entry.metric):
+            if entry.kind != KIND_METRIC:
                 continue
-            fired = self.engine.observe(entry.run, self._run_name(entry.run), entry.metric,
+            name = self._run_name(entry.run)
+            if not self.engine.watches(entry.run, name, entry.metric):
+                continue  # no rule looks at it: not decoded
+            fired = self.engine.observe(entry.run, name, entry.metric,
                                         np.frombuffer(entry.steps, np.int64), np.frombuffer(entry.vals, np.float64))
             if fired:
                 self._act(fired)
