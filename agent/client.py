@@ -446,9 +446,10 @@ class Client:
         if msg.get("sub", sub) != sub:  # an agent that does not echo it: every page is current
             return True, None
         owed.pages += 1
-        if owed.due(time.monotonic()):
+        now = time.monotonic()
+        if owed.due(now):
             self._socket().send(pack(message("credit", n=owed.pages)), zmq.NOBLOCK)
-            owed.returned(time.monotonic())
+            owed.returned(now)
         try:
             page = check_page(msg.get("entries"), msg.get("cursor"))
         except ProtocolError:
